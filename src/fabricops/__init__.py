@@ -1,0 +1,3 @@
+"""fabricops: inventory in, validated GPU training fabric out."""
+
+__version__ = "0.1.0"

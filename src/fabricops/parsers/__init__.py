@@ -1,0 +1,76 @@
+"""Parsers: one module per tool, text -> typed records (dataclasses).
+
+Every parser is a function ``parse(text: str) -> Record`` that raises
+:class:`fabricops.errors.ParseError` when the text is not that tool's output (including empty
+input), never returns a silently empty record, and handles what real machines print (tabs vs
+spaces, warning lines, optional headers, version differences).
+
+``PARSERS`` maps the names used by ``fabricops parse TOOL`` to ``module:function``; modules are
+imported lazily so the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from fabricops.errors import ParseError
+
+__all__ = ["PARSERS", "ParseError", "get_parser", "parse", "to_data"]
+
+PARSERS: dict[str, str] = {
+    # perftest
+    "perftest-bw": "fabricops.parsers.perftest:parse_bw",
+    "perftest-lat": "fabricops.parsers.perftest:parse_lat",
+    # rdma-core / infiniband-diags / MLNX_OFED
+    "ibv_devinfo": "fabricops.parsers.ibv_devinfo:parse",
+    "ibstat": "fabricops.parsers.ibstat:parse",
+    "ibstatus": "fabricops.parsers.ibstatus:parse",
+    "ofed_info": "fabricops.parsers.ofed_info:parse",
+    "mlnx_qos": "fabricops.parsers.mlnx_qos:parse",
+    "ibqueryerrors": "fabricops.parsers.ibqueryerrors:parse",
+    "perfquery": "fabricops.parsers.perfquery:parse",
+    # NVIDIA driver
+    "nvidia-smi-topo": "fabricops.parsers.nvidia_smi:parse_topo",
+    "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",
+    "nvidia-smi-query": "fabricops.parsers.nvidia_smi:parse_query",
+    "nvidia-smi-q": "fabricops.parsers.nvidia_smi:parse_q",
+    # nccl-tests
+    "nccl-tests": "fabricops.parsers.nccl_tests:parse",
+    # Spectrum switches (documented in docs/parsers.md)
+    "onyx-pfc": "fabricops.parsers.onyx:parse_pfc",
+    "onyx-ecn": "fabricops.parsers.onyx:parse_ecn",
+    "onyx-qos-trust": "fabricops.parsers.onyx:parse_qos_trust",
+    "onyx-running-config": "fabricops.parsers.onyx:parse_running_config",
+    "nvue-qos-roce": "fabricops.parsers.nvue:parse_qos_roce",
+    "nvue-config-diff": "fabricops.parsers.nvue:parse_config_diff",
+}
+
+
+def get_parser(tool: str) -> Callable[[str], Any]:
+    """Return the parse function for a tool name from :data:`PARSERS`."""
+    try:
+        target = PARSERS[tool]
+    except KeyError:
+        known = ", ".join(sorted(PARSERS))
+        raise ParseError(tool, f"one of the known tools: {known}") from None
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def parse(tool: str, text: str) -> Any:
+    """Parse ``text`` as the output of ``tool``."""
+    return get_parser(tool)(text)
+
+
+def to_data(record: Any) -> Any:
+    """Turn a record (dataclass, list, dict, scalar) into plain JSON-able data."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: to_data(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, dict):
+        return {str(k): to_data(v) for k, v in record.items()}
+    if isinstance(record, list | tuple):
+        return [to_data(v) for v in record]
+    return record
