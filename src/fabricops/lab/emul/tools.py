@@ -1,0 +1,42 @@
+"""Dispatch an emulated vendor tool name to its implementation.
+
+Each entry is ``module:function``; the function takes argv (without the program name) and
+returns the exit status. Modules are imported lazily so a tool starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+TOOLS: dict[str, str] = {
+    # MLNX_OFED userspace (installed by the emulated OFED packages)
+    "ofed_info": "rdma:ofed_info",
+    "ibv_devinfo": "rdma:ibv_devinfo",
+    "ibv_devices": "rdma:ibv_devices",
+    "ibstat": "rdma:ibstat",
+    "ibstatus": "rdma:ibstatus",
+    "mlnx_qos": "rdma:mlnx_qos",
+    "cma_roce_tos": "rdma:cma_roce_tos",
+    "cma_roce_mode": "rdma:cma_roce_mode",
+    "ibqueryerrors": "rdma:ibqueryerrors",
+    "perfquery": "rdma:perfquery",
+    "openibd": "rdma:openibd",
+    # perftest
+    "ib_write_bw": "perftest:ib_write_bw",
+    "ib_read_bw": "perftest:ib_read_bw",
+    "ib_send_bw": "perftest:ib_send_bw",
+    "ib_write_lat": "perftest:ib_write_lat",
+    "ib_read_lat": "perftest:ib_read_lat",
+    "ib_send_lat": "perftest:ib_send_lat",
+    # NVIDIA driver
+    "nvidia-smi": "nvidia:nvidia_smi",
+}
+
+
+def main(tool: str, argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    module_name, func_name = TOOLS[tool].split(":")
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    return int(getattr(module, func_name)(list(argv)) or 0)
