@@ -61,8 +61,14 @@ def get_parser(tool: str) -> Callable[[str], Any]:
 
 
 def parse(tool: str, text: str) -> Any:
-    """Parse ``text`` as the output of ``tool``."""
-    return get_parser(tool)(text)
+    """Parse ``text`` as the output of ``tool``; a ParseError always names ``tool`` as given."""
+    func = get_parser(tool)
+    try:
+        return func(text)
+    except ParseError as exc:
+        if exc.tool == tool:
+            raise
+        raise ParseError(tool, exc.expected, exc.detail) from None
 
 
 def to_data(record: Any) -> Any:

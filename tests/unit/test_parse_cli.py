@@ -1,0 +1,87 @@
+"""`fabricops parse`: every tool reads its real captures, and refuses every other tool's output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES, read_fixture
+
+from fabricops.cli import main
+from fabricops.parsers import PARSERS
+
+
+def fixture_dirs(tool: str) -> list[str]:
+    """Fixture folders of a tool: tests/fixtures/<tool>/."""
+    return [tool] if (FIXTURES / tool).is_dir() else []
+
+
+def captures(tool: str) -> list[tuple[str, str]]:
+    return [
+        (d, p.name)
+        for d in fixture_dirs(tool)
+        for p in sorted((FIXTURES / d).iterdir())
+        if p.is_file()
+    ]
+
+
+def family(tool: str) -> str:
+    """Switch outputs of one OS are one family: `show running-config` holds the PFC lines too."""
+    return tool.split("-")[0] if tool.startswith(("onyx", "nvue")) else tool
+
+
+ALL = [(tool, d, name) for tool in sorted(PARSERS) for d, name in captures(tool)]
+
+
+@pytest.mark.parametrize("tool", sorted(PARSERS))
+def test_every_tool_has_real_captures(tool):
+    assert captures(tool), f"no real captures under tests/fixtures/{tool}/"
+
+
+@pytest.mark.parametrize(("tool", "folder", "name"), ALL)
+def test_parse_reads_capture(tool, folder, name, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_text(read_fixture(folder, name))
+    assert main(["parse", tool, str(path)]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data, f"{tool} printed an empty record for {folder}/{name}"
+    assert err == ""
+
+
+@pytest.mark.parametrize("tool", sorted(PARSERS))
+def test_parse_refuses_other_tools_output(tool, tmp_path, capsys):
+    """Every capture of an unrelated tool must be refused with exit 2 and one line."""
+    # Tools that read the same command's output in another form are related, not "other".
+    others = [
+        (t, d, n)
+        for t, d, n in ALL
+        if family(t) != family(tool) and not {tool, t} <= {"ibstat", "ibstatus"}
+    ]
+    assert others
+    for other_tool, folder, name in others:
+        path = tmp_path / "input.txt"
+        path.write_text(read_fixture(folder, name))
+        status = main(["parse", tool, str(path)])
+        out, err = capsys.readouterr()
+        assert status == 2, f"{tool} accepted {other_tool} capture {folder}/{name}: {out[:200]}"
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"fabricops parse: input is not {tool}"), err
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("tool", sorted(PARSERS))
+def test_parse_refuses_empty_input(tool, tmp_path, capsys):
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    assert main(["parse", tool, str(path)]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith(f"fabricops parse: input is not {tool}")
+
+
+def test_parse_unknown_file_is_one_line(capsys):
+    assert main(["parse", "ibstat", "/nonexistent/file"]) == 1
+    _, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        "fabricops parse: cannot read /nonexistent/file: No such file or directory"
+    ]
