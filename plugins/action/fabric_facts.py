@@ -1,0 +1,39 @@
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run fabric_facts on the host, then parse what it read on the controller (fabricops.facts)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from fabricops.facts import build_facts
+except ImportError as exc:  # pragma: no cover - only without the Python package
+    build_facts = None
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        if build_facts is None:
+            raise AnsibleActionFail(
+                f"fabricops.fabric.fabric_facts needs the fabricops Python package on the controller "
+                f"(pip install fabricops): {IMPORT_ERROR}"
+            )
+        module_result = self._execute_module(
+            module_name="fabricops.fabric.fabric_facts",
+            module_args=self._task.args,
+            task_vars=task_vars,
+        )
+        if module_result.get("failed"):
+            return module_result
+        result["changed"] = False
+        result["ansible_facts"] = {"fabric": build_facts(module_result["raw"])}
+        return result
