@@ -1,0 +1,170 @@
+"""Hardware profiles: loading, validation, thresholds from REFERENCE.md."""
+
+import pytest
+
+from fabricops.errors import FabricopsError
+from fabricops.model.profiles import ProfileError, list_profiles, load_profile, threshold_for
+
+REQUIRED = {"hgx-h100-ndr", "hgx-h200-ndr", "hgx-a100-hdr", "roce-400g", "edr-100"}
+
+
+def test_shipped_profiles_load():
+    assert set(list_profiles()) >= REQUIRED
+    for name in list_profiles():
+        p = load_profile(name)
+        assert p.name == name and p.source and p.description
+        assert p.gpu.count > 0 and p.hca.count > 0
+
+
+def test_h100_profile_content():
+    p = load_profile("hgx-h100-ndr")
+    assert (p.gpu.count, p.gpu.nvlink, p.gpu.topology) == (8, 4, "nvswitch")
+    assert p.gpu.nvlink_gen.total_per_direction_gbs == 450
+    assert (p.hca.count, p.hca.link_layer, p.hca.speed, p.hca.width, p.hca.rate_gbps) == (
+        8,
+        "InfiniBand",
+        "NDR",
+        "4X",
+        400,
+    )
+
+
+def test_roce_and_edr_profiles():
+    roce = load_profile("roce-400g")
+    assert (roce.hca.link_layer, roce.hca.rate_gbps, roce.hca.width) == ("Ethernet", 400, None)
+    edr = load_profile("edr-100")
+    assert (edr.hca.rate_gbps, edr.gpu.topology, edr.gpu.nvlink) == (100, "direct", 2)
+
+
+@pytest.mark.parametrize(
+    ("profile", "gpudirect", "expected"),
+    [
+        ("hgx-h100-ndr", False, 390),
+        ("hgx-h100-ndr", True, 380),
+        ("hgx-h200-ndr", True, 360),
+        ("hgx-a100-hdr", True, 180),
+        ("edr-100", False, 95),
+        ("roce-400g", False, 360),
+        ("roce-400g", True, 360),
+    ],
+)
+def test_ib_write_bw_floors(profile, gpudirect, expected):
+    t = threshold_for(profile, "ib_write_bw", load_profile(profile).hca.rate_gbps, gpudirect=gpudirect)
+    assert (t.value, t.unit, t.op) == (expected, "Gb/s", ">=")
+    assert t.source
+
+
+def test_default_is_90_percent_and_floor_only_applies_to_its_port_rate():
+    t = threshold_for("hgx-h100-ndr", "ib_read_bw", 400)
+    assert t.value == 360 and "ngc_multinode_perf" in t.source
+    # a 200 Gb/s port on an NDR profile: the 400-port floor does not apply
+    assert threshold_for("hgx-h100-ndr", "ib_write_bw", 200).value == 180
+
+
+def test_bidirectional_doubles():
+    assert threshold_for("hgx-h100-ndr", "ib_write_bw", 400, bidirectional=True).value == 780
+    assert threshold_for("roce-400g", "ib_send_bw", 400, bidirectional=True).value == 720
+
+
+def test_latency_caps():
+    p = load_profile("hgx-h100-ndr")
+    assert threshold_for(p, "ib_write_lat").value == 2.5
+    assert threshold_for(p, "ib_send_lat").value == 2.5
+    t = threshold_for(p, "ib_read_lat")
+    assert (t.value, t.unit, t.op) == (4.5, "us", "<=")
+    assert t.passes(4.4) and not t.passes(4.6)
+
+
+def test_nccl_floors():
+    assert threshold_for("hgx-h100-ndr", "nccl_all_reduce_single_node").value == 460
+    assert threshold_for("hgx-a100-hdr", "nccl_all_reduce_single_node").value == 228
+    assert threshold_for("hgx-a100-hdr", "nccl_busbw_per_nic", 200).value == 24
+    assert threshold_for("hgx-h100-ndr", "nccl_busbw_per_nic").value == 46
+    with pytest.raises(ProfileError, match="no published single-node"):
+        threshold_for("edr-100", "nccl_all_reduce_single_node")
+    with pytest.raises(ProfileError, match="per-NIC"):
+        threshold_for("edr-100", "nccl_busbw_per_nic", 56)
+
+
+def test_error_counters():
+    flaps = threshold_for("hgx-h100-ndr", "link_flaps_24h")
+    assert flaps.passes(4) and not flaps.passes(5)
+    sym = threshold_for("hgx-h100-ndr", "symbol_error")
+    assert sym.passes(0) and not sym.passes(1)
+    assert threshold_for("hgx-h100-ndr", "link_downed").value == 0
+
+
+def test_unknown_profile_and_test():
+    with pytest.raises(ProfileError, match=r"unknown hardware profile .dgx-z.*hgx-h100-ndr"):
+        load_profile("dgx-z")
+    with pytest.raises(ProfileError, match="unknown test"):
+        threshold_for("hgx-h100-ndr", "ib_write_latency")
+    with pytest.raises(ValueError):
+        threshold_for("hgx-h100-ndr", "ib_write_bw", -1)
+    assert issubclass(ProfileError, FabricopsError)
+
+
+GOOD = """\
+name: custom
+description: test
+source: test
+gpu: {model: NVIDIA H100 80GB HBM3, count: 8, nvlink: 4, topology: nvswitch}
+hca: {count: 8, link_layer: InfiniBand, speed: NDR, width: 4X}
+"""
+
+
+def test_load_from_path(tmp_path):
+    f = tmp_path / "custom.yml"
+    f.write_text(GOOD)
+    p = load_profile(f)
+    assert p.hca.rate_gbps == 400 and p.path == str(f)
+    assert threshold_for(p, "ib_write_bw", 400).value == 360  # defaults only
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("count: 8, nvlink", "count: 0, nvlink"), "gpu.count must be a positive integer"),
+        (("nvlink: 4", "nvlink: 9"), "not a known NVLink generation"),
+        (("topology: nvswitch", "topology: ring"), "gpu.topology"),
+        (("speed: NDR", "speed: ZDR"), "not an InfiniBand generation"),
+        (("link_layer: InfiniBand", "link_layer: Myrinet"), "link_layer"),
+        (("width: 4X", "width: 3X"), "hca.width"),
+        (("source: test\n", ""), "missing source"),
+    ],
+)
+def test_validation_errors(tmp_path, change, message):
+    f = tmp_path / "bad.yml"
+    f.write_text(GOOD.replace(*change))
+    with pytest.raises(ProfileError, match=message):
+        load_profile(f)
+
+
+def test_threshold_without_source_and_unknown_section(tmp_path):
+    f = tmp_path / "bad.yml"
+    f.write_text(GOOD + "thresholds:\n  latency_us:\n    ib_write_lat: {value: 3}\n")
+    with pytest.raises(ProfileError, match="has no source"):
+        load_profile(f)
+    f.write_text(GOOD + "thresholds:\n  latency: {}\n")
+    with pytest.raises(ProfileError, match="unknown threshold sections latency"):
+        load_profile(f)
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    f = tmp_path / "bad.yml"
+    f.write_text("name: [unclosed\n")
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile(f)
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile(tmp_path / "none.yml")
+    f.write_text("- a list\n")
+    with pytest.raises(ProfileError, match="mapping"):
+        load_profile(f)
+
+
+def test_override_in_profile_wins(tmp_path):
+    f = tmp_path / "x.yml"
+    f.write_text(GOOD + "thresholds:\n  latency_us:\n    ib_write_lat: {value: 3.0, source: lab}\n")
+    p = load_profile(f)
+    assert threshold_for(p, "ib_write_lat").value == 3.0
+    assert threshold_for(p, "ib_read_lat").value == 4.5  # untouched default
