@@ -1,0 +1,110 @@
+"""The asyncssh server: password login, one engine session per SSH channel, shared switch state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from .nvue import NvueSession, NvueSwitch
+from .onyx import OnyxSession, OnyxSwitch
+
+__all__ = ["SwitchServer", "build_switch", "serve"]
+
+log = logging.getLogger("fabricops.lab.switchd")
+USERS = {"onyx": "admin", "cumulus": "cumulus"}
+
+
+def build_switch(os_name: str, name: str, ports: list[str], state_dir: str, fabric_file: str | None) -> Any:
+    if os_name == "onyx":
+        return OnyxSwitch(name, ports, state_dir, fabric_file)
+    if os_name == "cumulus":
+        return NvueSwitch(name, ports, state_dir, fabric_file)
+    raise ValueError(f"unknown switch OS {os_name!r} (onyx or cumulus)")
+
+
+class SwitchServer(asyncssh.SSHServer):
+    def __init__(self, password: str, users: set[str]):
+        self._password = password
+        self._users = users
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    def validate_password(self, username: str, password: str) -> bool:
+        return username in self._users and password == self._password
+
+
+async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str) -> None:
+    sess = (
+        OnyxSession(switch) if os_name == "onyx" else NvueSession(switch, process.get_extra_info("username"))
+    )
+    write = process.stdout.write
+    try:
+        write(sess.banner() + sess.prompt())
+        while True:
+            try:
+                line = await process.stdin.readline()
+            except (asyncssh.BreakReceived, asyncssh.TerminalSizeChanged):
+                continue
+            if not line:  # EOF
+                break
+            out, drop = sess.handle(line.rstrip("\r\n"))
+            if drop:
+                if out:
+                    write(out)
+                # abrupt: no prompt, no exit status, the TCP connection goes away
+                process.channel.get_connection().abort()
+                return
+            write(out + sess.prompt())
+    except (asyncssh.ConnectionLost, BrokenPipeError, ConnectionResetError):
+        return
+    process.exit(0)
+
+
+async def serve(
+    os_name: str,
+    name: str,
+    ports: list[str],
+    listen: str,
+    port: int,
+    host_key: str,
+    password: str,
+    state_dir: str,
+    fabric_file: str | None,
+) -> asyncssh.SSHAcceptor:
+    switch = build_switch(os_name, name, ports, state_dir, fabric_file)
+    if not Path(host_key).exists():
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        key.write_private_key(host_key)
+    users = {USERS[os_name], "root"} if os_name == "cumulus" else {USERS[os_name]}
+
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        await _session(process, switch, os_name)
+
+    acceptor = await asyncssh.create_server(
+        lambda: SwitchServer(password, users),
+        listen,
+        port,
+        server_host_keys=[host_key],
+        process_factory=handler,
+        line_editor=True,
+        line_echo=True,
+        encoding="utf-8",
+    )
+    if os_name == "cumulus":
+
+        async def ticker() -> None:  # `nv config apply --confirm` rolls back on time, even when idle
+            while True:
+                await asyncio.sleep(0.2)
+                switch.check_confirm()
+
+        acceptor._fabricops_ticker = asyncio.get_running_loop().create_task(ticker())  # type: ignore[attr-defined]
+    acceptor._fabricops_switch = switch  # type: ignore[attr-defined]
+    return acceptor

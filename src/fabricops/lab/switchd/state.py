@@ -1,0 +1,93 @@
+"""Shared switch state plumbing: the normalised fabric file and the lab's fault file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FaultWatch", "atomic_write_json", "port_entry", "write_fabric_file"]
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    """Write JSON next to the target then rename over it (readers never see half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def port_entry(trust: str, pfc: list[int], ecn: dict[int, tuple[int, int]], link_up: bool) -> dict[str, Any]:
+    """One port in docs/lab-device-contract.md "switches/SWITCH.json" form."""
+    return {
+        "trust": trust,
+        "pfc": [1 if p in pfc else 0 for p in range(8)],
+        "ecn": {
+            str(tc): {"enabled": True, "min_kb": mn, "max_kb": mx} for tc, (mn, mx) in sorted(ecn.items())
+        },
+        "link": "up" if link_up else "down",
+    }
+
+
+def write_fabric_file(
+    path: str | Path | None, name: str, os_name: str, ports: dict[str, dict[str, Any]]
+) -> None:
+    if path:
+        atomic_write_json(path, {"name": name, "os": os_name, "ports": ports})
+
+
+class FaultWatch:
+    """Reads STATE_DIR/faults.json at each command (the lab writes it).
+
+    ``{"drop_after_commands": N}`` arms a counter when the value (or the file) changes; after N more
+    configuration commands the session is dropped. ``{"ports_down": ["Eth1/3"]}`` marks links down.
+    """
+
+    def __init__(self, state_dir: str | Path):
+        self.path = Path(state_dir) / "faults.json"
+        self._armed_sig: tuple[float, int] | None = None
+        self._remaining: int | None = None
+        self.faults: dict[str, Any] = {}
+
+    def refresh(self) -> dict[str, Any]:
+        try:
+            st = self.path.stat()
+            self.faults = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        except (OSError, ValueError):
+            self.faults, st = {}, None
+        n = self.faults.get("drop_after_commands")
+        if isinstance(n, int) and st is not None:
+            sig = (st.st_mtime, n)
+            if sig != self._armed_sig:
+                self._armed_sig, self._remaining = sig, n
+        else:
+            self._armed_sig, self._remaining = None, None
+        return self.faults
+
+    def refresh_changed_ports(self) -> bool:
+        """Refresh; True when the set of downed ports changed (the fabric file must be rewritten)."""
+        before = self.ports_down()
+        self.refresh()
+        return self.ports_down() != before
+
+    def ports_down(self) -> set[str]:
+        return {str(p) for p in self.faults.get("ports_down", []) or []}
+
+    def count_config_command(self) -> bool:
+        """Count one configuration command; True when the session must now be dropped."""
+        if self._remaining is None:
+            return False
+        self._remaining -= 1
+        if self._remaining <= 0:
+            self._remaining = None  # fires once per arming
+            return True
+        return False
