@@ -408,10 +408,13 @@ def parse_running_config(text: str) -> RunningConfigRecord:
     pfc_enabled = False
     prios: set[int] = set()
     known = 0
+    lines = 0
     for raw in _strip_prompts(text):
         s = raw.strip()
         if not s:
             continue
+        if not s.startswith("#"):
+            lines += 1
         if s.startswith("#"):
             m = re.match(r'## Running database "([^"]*)"', s)
             if m:
@@ -453,7 +456,8 @@ def parse_running_config(text: str) -> RunningConfigRecord:
             roce = m.group(1) or "lossless"
         if re.match(r"(?:traffic pool|pool|advanced buffer|buffer)\b", s):
             pools.append(s)
-    if known == 0:
+    # Mostly Onyx commands: another tool's "port: 1" lines must not pass as a configuration.
+    if known == 0 or known * 2 < lines:
         raise ParseError(_TOOL_RC, "Onyx configuration commands (hostname, interface ..., dcb ..., ...)")
     return RunningConfigRecord(
         hostname, database, global_lines, interfaces, pfc_enabled, sorted(prios), roce, pools
