@@ -1,0 +1,592 @@
+"""``fabricops lab fault``: inject faults into the emulated rack, list them, clear them.
+
+``fabricops lab fault TARGET KIND [ARGS...]`` injects one fault; ``fabricops lab fault clear
+[TARGET]`` undoes every fault on TARGET (or all), restoring the original bytes of each file it
+changed; ``fabricops lab fault list`` shows what is active (also ``STATE_DIR/faults.json``).
+
+Host faults change the host's silicon (``hosts/NAME/hw/hardware.json``, then ``hwctl sync`` in the
+host) or its running system (through ``host_exec``); switch faults write the switch emulator's
+``faults.json`` (or, for an InfiniBand switch, its fabric file). What each fault changes and how the
+real fault looks: docs/lab-faults.md. An unknown target, kind or argument is one sentence and exit
+status 2, with nothing changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.lab import paths
+from fabricops.lab.emul import devstate
+from fabricops.model import rates
+
+#: What a link that flaps leaves in the counters (added to the live counters by hwctl sync).
+FLAPS = 8
+SYMBOL_ERRORS = 500
+QOS_DIR = "/" + devstate.QOS_DIR
+OFED_RELEASE = "/" + devstate.OFED_RELEASE
+
+
+class FaultError(FabricopsError):
+    """A fault request that names no such target, kind or device: exit status 2, nothing changed."""
+
+    exit_status = 2
+
+
+# --- seams to the running hosts (tests replace these two) ---------------------------------------
+
+def _host_exec(name: str, argv: list[str], check: bool = True):
+    from fabricops.lab import hosts
+
+    return hosts.host_exec(name, argv, check=check)
+
+
+def _resync(name: str) -> None:
+    from fabricops.lab import hosts
+
+    hosts.resync_hardware(name)
+
+
+# --- state files --------------------------------------------------------------------------------
+
+def faults_file() -> Path:
+    return paths.STATE_DIR / "faults.json"
+
+
+def backup_dir() -> Path:
+    return paths.STATE_DIR / "fault-backups"
+
+
+def active() -> list[dict[str, Any]]:
+    """The active faults, oldest first (what ``fabricops lab status`` shows)."""
+    try:
+        data = json.loads(faults_file().read_text())
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
+def _save(records: list[dict[str, Any]]) -> None:
+    target = faults_file()
+    if not records:
+        target.unlink(missing_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=2) + "\n")
+    tmp.replace(target)
+
+
+def _backup_path(path: Path) -> Path:
+    return backup_dir() / (hashlib.sha256(str(path).encode()).hexdigest()[:16] + ".orig")
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".fault-tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+# --- planning -----------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """What one fault does: new file contents, commands in the host, and their undo."""
+
+    summary: str
+    files: dict[Path, bytes] = field(default_factory=dict)
+    do: list[list[str]] = field(default_factory=list)
+    undo: list[list[str]] = field(default_factory=list)
+    resync: bool = False
+
+
+@dataclass
+class Target:
+    name: str
+    kind: str  # "host" | "switch"
+    os: str | None = None
+    ports: list[str] = field(default_factory=list)
+
+
+def _targets(lab: dict[str, Any]) -> dict[str, Target]:
+    topo = lab.get("topology") or {}
+    out: dict[str, Target] = {}
+    for h in topo.get("hosts") or []:
+        out[h["name"]] = Target(h["name"], "host")
+    for name in lab.get("hosts") or {}:
+        out.setdefault(name, Target(name, "host"))
+    for s in topo.get("switches") or []:
+        out[s["name"]] = Target(s["name"], "switch", s.get("os"), [str(p) for p in s.get("ports", [])])
+    return out
+
+
+def _hw_path(host: str) -> Path:
+    return paths.host_dir(host) / "hw" / "hardware.json"
+
+
+def _load_hw(host: str) -> dict[str, Any]:
+    path = _hw_path(host)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FabricopsError(f"{path} does not exist; is {host} up (fabricops lab status)?") from None
+    except ValueError as exc:
+        raise FabricopsError(f"{path} is not valid JSON ({exc})") from None
+
+
+def _hw_bytes(hw: dict[str, Any]) -> bytes:
+    return (json.dumps(hw, indent=2) + "\n").encode()
+
+
+def _nargs(kind: str, args: list[str], lo: int, hi: int, usage: str) -> None:
+    if not lo <= len(args) <= hi:
+        raise FaultError(f"{kind} takes {usage}")
+
+
+def _select_ports(hw: dict[str, Any], spec: str) -> list[tuple[dict, dict]]:
+    """DEV, DEV/PORT or a netdev name -> [(hca, port), ...] in hw (which the caller then mutates)."""
+    dev, _, pnum = spec.partition("/")
+    for hca in hw.get("hcas", []):
+        for port in hca.get("ports", []):
+            if not pnum and port.get("netdev") == spec:
+                return [(hca, port)]
+    hca = next((h for h in hw.get("hcas", []) if h["name"] == dev), None)
+    if hca is None:
+        names = [h["name"] for h in hw.get("hcas", [])]
+        raise FaultError(f"{hw.get('host', 'the host')} has no device {dev!r} (devices: {', '.join(names)})")
+    if not pnum:
+        return [(hca, p) for p in hca["ports"]]
+    chosen = [p for p in hca["ports"] if str(p["port"]) == pnum]
+    if not chosen:
+        have = ", ".join(str(p["port"]) for p in hca["ports"])
+        raise FaultError(f"{dev} has no port {pnum!r} (ports: {have})")
+    return [(hca, chosen[0])]
+
+
+def _where(hca: dict, port: dict) -> str:
+    return f"{hca['name']} port {port['port']}"
+
+
+def _gpu(hw: dict[str, Any], spec: str) -> dict[str, Any]:
+    if not spec.isdigit():
+        raise FaultError(f"GPU must be an index like 0, not {spec!r}")
+    gpu = next((g for g in hw.get("gpus", []) if int(g["index"]) == int(spec)), None)
+    if gpu is None:
+        have = ", ".join(str(g["index"]) for g in hw.get("gpus", [])) or "none"
+        raise FaultError(f"{hw.get('host', 'the host')} has no GPU {spec} (GPUs: {have})")
+    return gpu
+
+
+def _netdevs(hw: dict[str, Any]) -> list[str]:
+    return [p["netdev"] for h in hw.get("hcas", []) for p in h.get("ports", []) if p.get("netdev")]
+
+
+def _hw_plan(host: str, hw: dict[str, Any], summary: str, **kw: Any) -> Plan:
+    return Plan(summary=summary, files={_hw_path(host): _hw_bytes(hw)}, resync=True, **kw)
+
+
+def plan_port_down(host: str, args: list[str]) -> Plan:
+    _nargs("port-down", args, 1, 1, "DEV[/PORT] (e.g. mlx5_0 or mlx5_0/1)")
+    hw = _load_hw(host)
+    chosen = _select_ports(hw, args[0])
+    do, undo, what = [], [], []
+    for hca, port in chosen:
+        port["state"] = "DOWN"
+        port["phys_state"] = "Disabled"
+        if port.get("link_layer") == "InfiniBand":
+            # a disabled IB port reports the base rate and no LIDs (ibstat: "Rate: 10", "Base lid: 0")
+            port.update({"speed": "SDR", "width": "4X", "rate_gbps": 10, "lid": 0, "sm_lid": 0})
+        else:
+            port["rate_gbps"] = 40  # an mlx5 Ethernet port that is down reports 40 (4X QDR)
+        what.append(_where(hca, port))
+        if port.get("netdev"):
+            do.append(["ip", "link", "set", "dev", port["netdev"], "down"])
+            undo.append(["ip", "link", "set", "dev", port["netdev"], "up"])
+    return _hw_plan(host, hw, f"{', '.join(what)} DOWN/Disabled", do=do, undo=undo)
+
+
+def plan_port_width(host: str, args: list[str]) -> Plan:
+    _nargs("port-width", args, 2, 2, "DEV[/PORT] WIDTH (e.g. mlx5_0 2X)")
+    width = args[1].upper()
+    if width not in rates.WIDTHS:
+        raise FaultError(f"{args[1]!r} is not a link width (one of {', '.join(rates.WIDTHS)})")
+    hw = _load_hw(host)
+    what = []
+    for hca, port in _select_ports(hw, args[0]):
+        old_lanes = rates.WIDTHS.get(str(port.get("width", "4X")).upper(), 4)
+        if port.get("link_layer") == "InfiniBand":
+            port["rate_gbps"] = int(rates.ib_port_rate(port["speed"], width))
+        else:
+            port["rate_gbps"] = int(port["rate_gbps"] * rates.WIDTHS[width] // old_lanes)
+        port["width"] = width
+        what.append(f"{_where(hca, port)} at {width}: {port['rate_gbps']} Gb/s")
+    return _hw_plan(host, hw, "; ".join(what))
+
+
+def plan_port_speed(host: str, args: list[str]) -> Plan:
+    _nargs("port-speed", args, 2, 2, "DEV[/PORT] SPEED (e.g. mlx5_0 HDR or mlx5_2 200GbE)")
+    spec = args[1]
+    hw = _load_hw(host)
+    what = []
+    for hca, port in _select_ports(hw, args[0]):
+        if port.get("link_layer") == "InfiniBand":
+            key = spec.upper()
+            if key in rates.IB_VARIANTS:
+                variant = rates.IB_VARIANTS[key]
+                port["speed"], port["width"] = variant.generation, variant.width
+            elif key in rates.IB:
+                port["speed"] = key
+            else:
+                raise FaultError(f"{spec!r} is not an InfiniBand speed (one of {', '.join(rates.IB)})")
+            port["rate_gbps"] = int(rates.ib_port_rate(port["speed"], port.get("width", "4X")))
+        else:
+            try:
+                gbps = rates.eth_port_rate(spec)
+            except ValueError:
+                raise FaultError(f"{spec!r} is not an Ethernet speed like 200GbE "
+                                 f"({_where(hca, port)} is a RoCE port)") from None
+            port["speed"], port["rate_gbps"] = f"{gbps}GbE", gbps
+        what.append(f"{_where(hca, port)} at {port['speed']}: {port['rate_gbps']} Gb/s")
+    return _hw_plan(host, hw, "; ".join(what))
+
+
+def plan_flapping(host: str, args: list[str]) -> Plan:
+    _nargs("flapping", args, 1, 2, "DEV[/PORT] [FLAPS]")
+    flaps = FLAPS
+    if len(args) == 2:
+        if not args[1].isdigit() or int(args[1]) < 1:
+            raise FaultError(f"FLAPS must be a positive number, not {args[1]!r}")
+        flaps = int(args[1])
+    hw = _load_hw(host)
+    what = []
+    for hca, port in _select_ports(hw, args[0]):
+        port["link_flaps"] = int(port.get("link_flaps", 0)) + flaps
+        port["symbol_errors"] = int(port.get("symbol_errors", 0)) + SYMBOL_ERRORS
+        what.append(f"{_where(hca, port)} flapped {port['link_flaps']} times, "
+                    f"{port['symbol_errors']} symbol errors")
+    return _hw_plan(host, hw, "; ".join(what))
+
+
+def plan_nvlink_inactive(host: str, args: list[str]) -> Plan:
+    _nargs("nvlink-inactive", args, 1, 2, "GPU [LINK]")
+    hw = _load_hw(host)
+    gpu = _gpu(hw, args[0])
+    nlinks = int(gpu.get("nvlinks", 0))
+    if nlinks == 0:
+        raise FaultError(f"GPU {gpu['index']} of {host} has no NVLinks")
+    if len(args) == 2:
+        if not args[1].isdigit() or int(args[1]) >= nlinks:
+            raise FaultError(f"LINK must be 0..{nlinks - 1}, not {args[1]!r}")
+        links = [int(args[1])]
+    else:
+        links = list(range(nlinks))
+    gpu["inactive_nvlinks"] = sorted(set(gpu.get("inactive_nvlinks", [])) | set(links))
+    desc = f"link {links[0]}" if len(links) == 1 else f"all {nlinks} links"
+    return _hw_plan(host, hw, f"GPU {gpu['index']} NVLink {desc} inactive")
+
+
+def plan_gpu_missing(host: str, args: list[str]) -> Plan:
+    _nargs("gpu-missing", args, 1, 1, "GPU (an index)")
+    hw = _load_hw(host)
+    gpu = _gpu(hw, args[0])
+    hw["gpus"] = [g for g in hw["gpus"] if g is not gpu]
+    return _hw_plan(host, hw, f"GPU {gpu['index']} ({gpu.get('pci_bus_id', '?')}) fell off the bus")
+
+
+def plan_wrong_firmware(host: str, args: list[str]) -> Plan:
+    _nargs("wrong-firmware", args, 2, 2, "DEV VERSION (e.g. mlx5_0 28.38.1002)")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", args[1]):
+        raise FaultError(f"{args[1]!r} is not a firmware version like 28.39.1002")
+    hw = _load_hw(host)
+    hca = next((h for h in hw.get("hcas", []) if h["name"] == args[0]), None)
+    if hca is None:
+        raise FaultError(f"{host} has no device {args[0]!r} "
+                         f"(devices: {', '.join(h['name'] for h in hw.get('hcas', []))})")
+    old, hca["fw_ver"] = hca["fw_ver"], args[1]
+    return _hw_plan(host, hw, f"{hca['name']} firmware {args[1]} (was {old})")
+
+
+def _write_file_argv(path: str, content: str) -> list[str]:
+    return ["sh", "-c", 'mkdir -p "$(dirname "$1")" && printf "%s\\n" "$2" > "$1"', "sh", path, content]
+
+
+def plan_wrong_ofed(host: str, args: list[str]) -> Plan:
+    _nargs("wrong-ofed", args, 1, 1, "VERSION (e.g. 5.8-3.0.7.0)")
+    version = args[0].removeprefix("MLNX_OFED_LINUX-")
+    if not re.fullmatch(r"\d+\.\d+-\d+(\.\d+)+", version):
+        raise FaultError(f"{args[0]!r} is not an MLNX_OFED version like 24.10-1.1.4.0")
+    proc = _host_exec(host, ["cat", OFED_RELEASE], check=False)
+    previous = proc.stdout if isinstance(proc.stdout, str) else (proc.stdout or b"").decode()
+    if proc.returncode == 0:
+        undo = [_write_file_argv(OFED_RELEASE, previous.rstrip("\n"))]
+    else:
+        undo = [["rm", "-f", OFED_RELEASE]]
+    return Plan(summary=f"ofed_info reports MLNX_OFED_LINUX-{version}",
+                do=[_write_file_argv(OFED_RELEASE, f"MLNX_OFED_LINUX-{version}")], undo=undo)
+
+
+SSHD_STOP = (
+    'if [ -d /run/systemd/system ]; then systemctl stop ssh.socket ssh.service 2>/dev/null; fi; '
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
+    '[ "$(cat "$d/comm" 2>/dev/null)" = sshd ] && kill "$p" 2>/dev/null; done; true'
+)
+SSHD_START = "if [ -d /run/systemd/system ]; then systemctl start ssh.service; else /usr/sbin/sshd; fi"
+
+
+def plan_host_unreachable(host: str, args: list[str]) -> Plan:
+    _nargs("host-unreachable", args, 0, 0, "no arguments")
+    return Plan(summary="sshd stopped (SSH sessions dropped, connections refused)",
+                do=[["sh", "-c", SSHD_STOP]], undo=[["sh", "-c", SSHD_START]])
+
+
+def plan_qos_reset(host: str, args: list[str]) -> Plan:
+    _nargs("qos-reset", args, 1, 1, "NETDEV")
+    hw = _load_hw(host)
+    if args[0] not in _netdevs(hw):
+        raise FaultError(f"{host} has no netdev {args[0]!r} (netdevs: {', '.join(_netdevs(hw))})")
+    return Plan(summary=f"{args[0]} QoS back to firmware defaults (as after a driver reload)",
+                do=[["rm", "-f", f"{QOS_DIR}/{args[0]}.json"]])
+
+
+def _switch_faults_plan(t: Target, update: Callable[[dict[str, Any]], str]) -> Plan:
+    path = paths.switch_dir(t.name) / "faults.json"
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = {}
+    summary = update(current)
+    data = (json.dumps(current, indent=2, sort_keys=True) + "\n").encode()
+    return Plan(summary=summary, files={path: data})
+
+
+def plan_session_drop(t: Target, args: list[str]) -> Plan:
+    _nargs("session-drop", args, 1, 1, "N (configuration commands before the session drops)")
+    if t.os == "ib":
+        raise FaultError(f"{t.name} is an InfiniBand switch: it has no management session to drop")
+    if not args[0].isdigit() or int(args[0]) < 1:
+        raise FaultError(f"N must be a positive number, not {args[0]!r}")
+    n = int(args[0])
+
+    def update(cur: dict[str, Any]) -> str:
+        cur["drop_after_commands"] = n
+        return f"the next session drops after {n} configuration commands"
+
+    return _switch_faults_plan(t, update)
+
+
+def plan_switch_port_down(t: Target, args: list[str]) -> Plan:
+    _nargs("port-down", args, 1, 1, "PORT")
+    port = args[0]
+    if port not in t.ports:
+        sample = ", ".join(t.ports[:3]) + (", ..." if len(t.ports) > 3 else "")
+        raise FaultError(f"{t.name} has no port {port!r} (ports: {sample})")
+    if t.os == "ib":
+        path = paths.fabric_dir() / "switches" / f"{t.name}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {"name": t.name, "os": "ib", "ports": {p: {"link": "up"} for p in t.ports}}
+        data.setdefault("ports", {}).setdefault(port, {})["link"] = "down"
+        return Plan(summary=f"port {port} link down",
+                    files={path: (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()})
+
+    def update(cur: dict[str, Any]) -> str:
+        down = [str(p) for p in cur.get("ports_down", [])]
+        if port not in down:
+            down.append(port)
+        cur["ports_down"] = down
+        return f"port {port} link down"
+
+    return _switch_faults_plan(t, update)
+
+
+HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
+    "port-down": (plan_port_down, "DEV[/PORT]"),
+    "port-width": (plan_port_width, "DEV[/PORT] WIDTH"),
+    "port-speed": (plan_port_speed, "DEV[/PORT] SPEED"),
+    "flapping": (plan_flapping, "DEV[/PORT] [FLAPS]"),
+    "nvlink-inactive": (plan_nvlink_inactive, "GPU [LINK]"),
+    "gpu-missing": (plan_gpu_missing, "GPU"),
+    "wrong-firmware": (plan_wrong_firmware, "DEV VERSION"),
+    "wrong-ofed": (plan_wrong_ofed, "VERSION"),
+    "host-unreachable": (plan_host_unreachable, ""),
+    "qos-reset": (plan_qos_reset, "NETDEV"),
+}
+SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
+    "session-drop": (plan_session_drop, "N"),
+    "port-down": (plan_switch_port_down, "PORT"),
+}
+
+
+# --- inject, clear ------------------------------------------------------------------------------
+
+def _target(lab: dict[str, Any], name: str) -> Target:
+    targets = _targets(lab)
+    if name not in targets:
+        hosts = [n for n, t in targets.items() if t.kind == "host"]
+        sws = [n for n, t in targets.items() if t.kind == "switch"]
+        raise FaultError(f"no host or switch named {name!r} in the lab (hosts: {', '.join(hosts) or 'none'}; "
+                         f"switches: {', '.join(sws) or 'none'})")
+    return targets[name]
+
+
+def inject(target: str, kind: str, args: list[str], lab: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Inject one fault; returns its record (also appended to faults.json)."""
+    lab = lab if lab is not None else paths.load_lab()
+    t = _target(lab, target)
+    if t.kind == "host":
+        if kind not in HOST_KINDS:
+            raise FaultError(f"{kind!r} is not a host fault (one of {', '.join(HOST_KINDS)})")
+        plan = HOST_KINDS[kind][0](t.name, list(args))
+    else:
+        if kind not in SWITCH_KINDS:
+            raise FaultError(f"{kind!r} is not a switch fault (one of {', '.join(SWITCH_KINDS)})")
+        plan = SWITCH_KINDS[kind][0](t, list(args))
+
+    records = active()
+    backed_up = {f["path"] for r in records for f in r.get("files", [])}
+    files = []
+    for path, data in plan.files.items():
+        if str(path) not in backed_up:
+            backup = _backup_path(path)
+            backup.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                backup.write_bytes(path.read_bytes())
+                files.append({"path": str(path), "backup": str(backup)})
+            else:
+                files.append({"path": str(path), "backup": None})
+        else:
+            files.append({"path": str(path), "backup": "shared"})
+        _write(path, data)
+    record = {
+        "target": t.name,
+        "target_type": t.kind,
+        "kind": kind,
+        "args": list(args),
+        "summary": plan.summary,
+        "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": files,
+        "resync": plan.resync,
+        "undo": plan.undo,
+    }
+    records.append(record)
+    _save(records)
+    if plan.resync:
+        _resync(t.name)
+    for argv in plan.do:
+        _host_exec(t.name, argv)
+    return record
+
+
+def clear(target: str | None = None, lab: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Undo every fault on target (all when None), newest first; restore original file bytes."""
+    records = active()
+    if target is not None:
+        try:
+            lab = lab if lab is not None else paths.load_lab()
+        except FabricopsError:
+            lab = {}
+        known = set(_targets(lab)) | {r["target"] for r in records}
+        if target not in known:
+            _target(lab, target)  # raises the one-sentence error
+    mine = [r for r in records if target is None or r["target"] == target]
+    keep = [r for r in records if not (target is None or r["target"] == target)]
+    errors = []
+    resync: set[str] = set()
+    for rec in reversed(mine):
+        for argv in rec.get("undo", []):
+            try:
+                _host_exec(rec["target"], argv)
+            except (FabricopsError, OSError) as exc:
+                errors.append(f"{rec['target']}: {exc}")
+        if rec.get("resync"):
+            resync.add(rec["target"])
+    for rec in mine:
+        for f in rec.get("files", []):
+            if f["backup"] == "shared":
+                continue
+            path = Path(f["path"])
+            if f["backup"] is None:
+                path.unlink(missing_ok=True)
+            else:
+                backup = Path(f["backup"])
+                _write(path, backup.read_bytes())
+                backup.unlink(missing_ok=True)
+    _save(keep)
+    for host in sorted(resync):
+        try:
+            _resync(host)
+        except (FabricopsError, OSError) as exc:
+            errors.append(f"{host}: hwctl sync: {exc}")
+    if errors:
+        raise FabricopsError("cleared, but some undo steps failed: " + "; ".join(errors))
+    return mine
+
+
+# --- the command --------------------------------------------------------------------------------
+
+KINDS_HELP = "host faults:\n" + "".join(
+    f"  fabricops lab fault HOST {k} {u}".rstrip() + "\n" for k, (_, u) in HOST_KINDS.items()
+) + "switch faults:\n" + "".join(
+    f"  fabricops lab fault SWITCH {k} {u}\n" for k, (_, u) in SWITCH_KINDS.items()
+) + "  fabricops lab fault clear [TARGET]\n  fabricops lab fault list [--json]\n"
+
+
+def register(lab_subparsers) -> None:
+    p = lab_subparsers.add_parser(
+        "fault", help="inject, list or clear faults (link down, degraded rate, missing GPU, ...)",
+        usage="fabricops lab fault TARGET KIND [ARGS ...] | clear [TARGET] | list [--json]",
+        description="Inject a fault into the emulated rack, list active faults, or clear them "
+                    "(docs/lab-faults.md).",
+        epilog=KINDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="list: print the records as JSON")
+    p.add_argument("words", nargs="+", metavar="WORD", help="TARGET KIND [ARGS ...], clear [TARGET] or list")
+    p.set_defaults(func=cmd_fault)
+
+
+def _fmt(rec: dict[str, Any]) -> str:
+    args = " ".join(shlex.quote(a) for a in rec["args"])
+    head = f"{rec['target']}: {rec['kind']}{' ' + args if args else ''}"
+    return f"{head} ({rec['summary']}) since {rec['since']}"
+
+
+def cmd_fault(args) -> int:
+    words = list(args.words)
+    if words[0] == "list":
+        if len(words) > 1:
+            raise FaultError("list takes no arguments")
+        records = active()
+        if args.json:
+            print(json.dumps(records, indent=2))
+        elif not records:
+            print("no active faults")
+        else:
+            for rec in records:
+                print(_fmt(rec))
+        return 0
+    if words[0] == "clear":
+        if len(words) > 2:
+            raise FaultError("clear takes at most one TARGET")
+        cleared = clear(words[1] if len(words) == 2 else None)
+        where = f" on {words[1]}" if len(words) == 2 else ""
+        if not cleared:
+            print(f"no active faults{where}")
+        for rec in cleared:
+            print(f"cleared {_fmt(rec)}")
+        return 0
+    if len(words) < 2:
+        raise FaultError(f"give a fault kind after {words[0]} (see fabricops lab fault --help)")
+    rec = inject(words[0], words[1], words[2:])
+    print(_fmt(rec))
+    return 0

@@ -1,0 +1,633 @@
+"""The lab's emulated MLNX_OFED distribution and the HTTP server that hands it to lab hosts.
+
+For every version in :data:`VERSIONS` this builds what NVIDIA ships (docs/lab-ofed.md):
+
+- the tree ``MLNX_OFED_LINUX-<ver>-<distro>-<arch>/`` with ``mlnxofedinstall``, ``uninstall.sh``,
+  ``mlnx_add_kernel_support.sh``, ``.mlnx``, ``.arch``, ``distro``, ``src/`` and ``DEBS/*.deb``
+  (real Debian packages made with ``dpkg-deb``; their tools are wrappers around the lab's emulated
+  tools), with a ``Packages`` index in ``DEBS/`` as the real tarball has;
+- the tarball ``MLNX_OFED_LINUX-<ver>-<distro>-<arch>.tgz`` and the ISO image (same name, ``.iso``;
+  the tree's content is the ISO's root, as on the real image), with ``SHA256SUMS``;
+- an apt repository ``repo/<ver>/`` (flat: ``Packages``, ``Packages.gz``, ``Release``) for
+  ``deb [trusted=yes] http://198.51.100.1:8080/repo/<ver> ./``.
+
+Artifacts are cached by a content hash of the inputs (templates in ``data/ofed``, this module, the
+emulated tool list, versions, kernel, distro); :func:`prepare` rebuilds only when that changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.lab import paths
+from fabricops.lab.emul import tools as emul_tools
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "ofed"
+
+#: The versions the lab serves: an older one and a newer one, so upgrades can be tested.
+VERSIONS: tuple[str, ...] = ("23.10-1.1.9.0", "24.10-1.1.4.0")
+DEFAULT_VERSION = "24.10-1.1.4.0"
+#: NVIDIA's Debian 12 builds are named for the point release they were made on.
+DISTRO = "debian12.1"
+
+CONTROLLER_IP = "198.51.100.1"
+HTTP_PORT = 8080
+
+MAINTAINER = "Mellanox Technologies <support@mellanox.com>"
+EMULATED_NOTE = (" Emulated by the fabricops lab: the tools are wrappers around the lab's emulated\n"
+                 " device tools.")
+
+# rdma-core's upstream version as shipped in each MLNX_OFED release ("2307mlnx47" = rdma-core 47).
+_RDMA_CORE = {"23.10": "2307mlnx47", "24.10": "2410mlnx54"}
+
+#: Which package installs which emulated tool (others from emul/tools.py land in mlnx-tools).
+TOOL_PACKAGE: dict[str, str] = {
+    "ofed_info": "ofed-scripts",
+    "openibd": "mlnx-ofed-kernel-utils",
+    "ibv_devinfo": "ibverbs-utils",
+    "ibv_devices": "ibverbs-utils",
+    "ibstat": "infiniband-diags",
+    "ibstatus": "infiniband-diags",
+    "ibqueryerrors": "infiniband-diags",
+    "perfquery": "infiniband-diags",
+    "mlnx_qos": "mlnx-tools",
+    "cma_roce_tos": "mlnx-tools",
+    "cma_roce_mode": "mlnx-tools",
+}
+#: Emulated tools that are not MLNX_OFED's (the NVIDIA driver's).
+NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm)")
+
+#: Install order (mlnxofedinstall lists and installs in this order; the meta package last).
+PACKAGE_ORDER = (
+    "ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils", "mlnx-ofed-kernel-dkms",
+    "mlnx-ofed-kernel-modules", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
+    "mlnx-fw-updater", "mlnx-ofed-all",
+)
+
+
+# --- names and versions -------------------------------------------------------------------------
+
+def _split(version: str) -> tuple[str, str]:
+    m = re.fullmatch(r"(\d+\.\d+)-(\d+(?:\.\d+)+)", version)
+    if not m:
+        raise FabricopsError(f"{version!r} is not an MLNX_OFED version like 24.10-1.1.4.0")
+    return m.group(1), m.group(2)
+
+
+def machine_arch() -> str:
+    """``x86_64`` / ``aarch64`` as MLNX_OFED names them."""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+
+
+def deb_arch() -> str:
+    try:
+        out = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True)
+        return out.stdout.strip() or "amd64"
+    except (OSError, subprocess.CalledProcessError):
+        return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), "amd64")
+
+
+def default_kernel() -> str:
+    """The kernel lab hosts run: they share the controller's kernel, so ``uname -r`` there is this."""
+    return os.uname().release
+
+
+def dist_name(version: str, distro: str = DISTRO, arch: str | None = None) -> str:
+    return f"MLNX_OFED_LINUX-{version}-{distro}-{arch or machine_arch()}"
+
+
+def package_versions(version: str, kernel: str) -> dict[str, str]:
+    """Debian versions of each package in an MLNX_OFED release, in the style NVIDIA uses.
+
+    >>> package_versions("24.10-1.1.4.0", "6.1.0-18-amd64")["ofed-scripts"]
+    '24.10.OFED.24.10.1.1.4'
+    """
+    major, rest = _split(version)
+    kver = f"{major}.OFED.{major}.{rest}"
+    rdma = _RDMA_CORE.get(major, f"{major.replace('.', '')}mlnx1")
+    rdma_deb = f"{rdma}-1.{major.replace('.', '')}{rest.replace('.', '')}"
+    return {
+        "ofed-scripts": f"{major}.OFED.{major}.{rest.rsplit('.', 1)[0]}",
+        "mlnx-tools": f"{major}.0",
+        "mlnx-ofed-kernel-utils": kver,
+        "mlnx-ofed-kernel-dkms": kver,
+        "mlnx-ofed-kernel-modules": f"{kver}.kver.{kernel.replace('_', '-')}",
+        "rdma-core": rdma_deb,
+        "ibverbs-utils": rdma_deb,
+        "infiniband-diags": rdma_deb,
+        "perftest": f"{major}.0",
+        "mlnx-fw-updater": version,
+        "mlnx-ofed-all": version,
+    }
+
+
+# --- building packages --------------------------------------------------------------------------
+
+@dataclass
+class Deb:
+    package: str
+    version: str
+    depends: str
+    description: str
+    files: dict[str, tuple[bytes, int]]  # path in the package -> (content, mode)
+    scripts: dict[str, bytes]  # postinst, prerm, ...
+    conffiles: tuple[str, ...] = ()
+    section: str = "net"
+
+
+def _template(name: str) -> bytes:
+    return (TEMPLATE_DIR / name).read_bytes()
+
+
+def _wrapper(tool: str) -> bytes:
+    return _template("wrapper.py").replace(b"@TOOL@", tool.encode())
+
+
+def ofed_tools() -> dict[str, list[str]]:
+    """package -> emulated tool names it installs (from emul/tools.py)."""
+    out: dict[str, list[str]] = {}
+    for tool in emul_tools.TOOLS:
+        if NOT_OFED.match(tool):
+            continue
+        if tool.startswith(("ib_write_", "ib_read_", "ib_send_", "ib_atomic_")):
+            pkg = "perftest"
+        else:
+            pkg = TOOL_PACKAGE.get(tool, "mlnx-tools")
+        out.setdefault(pkg, []).append(tool)
+    return out
+
+
+def packages(version: str, kernel: str) -> list[Deb]:
+    vers = package_versions(version, kernel)
+    tools = ofed_tools()
+    major, _ = _split(version)
+
+    def bins(pkg: str) -> dict[str, tuple[bytes, int]]:
+        files: dict[str, tuple[bytes, int]] = {}
+        for tool in tools.get(pkg, []):
+            target = "etc/init.d/openibd" if tool == "openibd" else f"usr/bin/{tool}"
+            files[target] = (_wrapper(tool), 0o755)
+        return files
+
+    listing = "".join(f"{p} {vers[p]}\n" for p in PACKAGE_ORDER).encode()
+    ofed_scripts = bins("ofed-scripts") | {
+        "usr/share/emulated-ofed/release": (f"MLNX_OFED_LINUX-{version}\n".encode(), 0o644),
+        "usr/share/emulated-ofed/packages": (listing, 0o644),
+    }
+    utils = bins("mlnx-ofed-kernel-utils") | {
+        "lib/systemd/system/openibd.service": (_template("openibd.service"), 0o644),
+        "etc/infiniband/openib.conf": (_template("openib.conf"), 0o644),
+    }
+    dkms_conf = (
+        f'PACKAGE_NAME="mlnx-ofed-kernel"\nPACKAGE_VERSION="{major}"\n'
+        "# emulated: the lab's kernel modules are not built\n"
+    ).encode()
+    eq = {p: f"{p} (= {v})" for p, v in vers.items()}
+    debs = [
+        Deb("ofed-scripts", vers["ofed-scripts"], "", "MLNX_OFED utilities (ofed_info)", ofed_scripts, {}),
+        Deb("mlnx-tools", vers["mlnx-tools"], "python3",
+            "Userspace tools to configure Mellanox devices (mlnx_qos, cma_roce_tos, cma_roce_mode)",
+            bins("mlnx-tools"), {}),
+        Deb("mlnx-ofed-kernel-utils", vers["mlnx-ofed-kernel-utils"], f"mlnx-tools (>= {vers['mlnx-tools']})",
+            "Userspace tools to restart and tune mlnx-ofed kernel modules (openibd)", utils,
+            {"postinst": _template("kernel-utils.postinst"), "prerm": _template("kernel-utils.prerm")},
+            conffiles=("/etc/infiniband/openib.conf",)),
+        Deb("mlnx-ofed-kernel-dkms", vers["mlnx-ofed-kernel-dkms"], "mlnx-ofed-kernel-utils",
+            "DKMS support for mlnx-ofed kernel modules",
+            {f"usr/src/mlnx-ofed-kernel-{major}/dkms.conf": (dkms_conf, 0o644)}, {}, section="kernel"),
+        Deb("mlnx-ofed-kernel-modules", vers["mlnx-ofed-kernel-modules"], "mlnx-ofed-kernel-utils",
+            f"mlnx-ofed kernel modules (built for kernel {kernel})",
+            {"usr/share/emulated-ofed/kernel": (f"{kernel}\n".encode(), 0o644)}, {}, section="kernel"),
+        Deb("rdma-core", vers["rdma-core"], "", "RDMA core userspace infrastructure and documentation",
+            {"usr/share/doc/rdma-core/README.emulated": (b"Emulated by the fabricops lab.\n", 0o644)}, {}),
+        Deb("ibverbs-utils", vers["ibverbs-utils"], eq["rdma-core"],
+            "Examples for the libibverbs library (ibv_devinfo, ibv_devices)", bins("ibverbs-utils"), {}),
+        Deb("infiniband-diags", vers["infiniband-diags"], eq["rdma-core"],
+            "InfiniBand diagnostic programs (ibstat, ibstatus, ibqueryerrors, perfquery)",
+            bins("infiniband-diags"), {}),
+        Deb("perftest", vers["perftest"], "", "Infiniband verbs performance tests (ib_*_bw, ib_*_lat)",
+            bins("perftest"), {}),
+        Deb("mlnx-fw-updater", vers["mlnx-fw-updater"], "", "Mellanox firmware updater",
+            {}, {"postinst": _template("fw-updater.postinst")}),
+    ]
+    meta_deps = [eq[p] for p in ("ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils")]
+    meta_deps.append(f"{eq['mlnx-ofed-kernel-modules']} | {eq['mlnx-ofed-kernel-dkms']}")
+    meta_deps += [eq[p] for p in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")]
+    debs.append(Deb("mlnx-ofed-all", version, ", ".join(meta_deps), "MLNX_OFED all packages (meta package)",
+                    {}, {}, section="metapackages"))
+    return debs
+
+
+def build_deb(deb: Deb, out_dir: Path, arch: str) -> Path:
+    """Build one .deb with dpkg-deb (owner root:root) and return its path."""
+    if shutil.which("dpkg-deb") is None:
+        raise FabricopsError("dpkg-deb is not installed; install dpkg (it builds the emulated MLNX_OFED)")
+    with tempfile.TemporaryDirectory(prefix="fo-deb-") as tmp:
+        root = Path(tmp) / "root"
+        (root / "DEBIAN").mkdir(parents=True)
+        control = [
+            f"Package: {deb.package}",
+            f"Version: {deb.version}",
+            f"Architecture: {arch}",
+            f"Maintainer: {MAINTAINER}",
+            f"Section: {deb.section}",
+            "Priority: optional",
+        ]
+        if deb.depends:
+            control.append(f"Depends: {deb.depends}")
+        control.append(f"Description: {deb.description}\n{EMULATED_NOTE}")
+        (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+        for name, body in deb.scripts.items():
+            p = root / "DEBIAN" / name
+            p.write_bytes(body)
+            p.chmod(0o755)
+        if deb.conffiles:
+            (root / "DEBIAN" / "conffiles").write_text("".join(f"{c}\n" for c in deb.conffiles))
+        for rel, (content, mode) in deb.files.items():
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(content)
+            p.chmod(mode)
+        for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+            d.chmod(0o755)
+        target = out_dir / f"{deb.package}_{deb.version}_{arch}.deb"
+        env = dict(os.environ, SOURCE_DATE_EPOCH=os.environ.get("SOURCE_DATE_EPOCH", "1700000000"))
+        proc = subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(target)],
+            capture_output=True, text=True, env=env,
+        )
+        if proc.returncode != 0:
+            raise FabricopsError(f"dpkg-deb could not build {deb.package}: {proc.stderr.strip()}")
+    return target
+
+
+# --- apt index ----------------------------------------------------------------------------------
+
+def _digest(path: Path, algo: str) -> str:
+    h = hashlib.new(algo)
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256(path: Path) -> str:
+    return _digest(path, "sha256")
+
+
+def _packages_python(deb_dir: Path) -> str:
+    """The Packages index, as dpkg-scanpackages writes it, without dpkg-dev."""
+    stanzas = []
+    for deb in sorted(deb_dir.glob("*.deb")):
+        control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
+                                 check=True).stdout
+        lines = control.rstrip("\n").split("\n")
+        desc_at = next((i for i, ln in enumerate(lines) if ln.startswith("Description:")), len(lines))
+        extra = [
+            f"Filename: ./{deb.name}",
+            f"Size: {deb.stat().st_size}",
+            f"MD5sum: {_digest(deb, 'md5')}",
+            f"SHA1: {_digest(deb, 'sha1')}",
+            f"SHA256: {_digest(deb, 'sha256')}",
+        ]
+        stanzas.append("\n".join(lines[:desc_at] + extra + lines[desc_at:]) + "\n")
+    return "\n".join(stanzas)
+
+
+def write_index(deb_dir: Path, *, label: str) -> None:
+    """Write Packages, Packages.gz and Release for a flat repository (``deb URL ./``)."""
+    text = None
+    if shutil.which("dpkg-scanpackages"):
+        proc = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=deb_dir,
+                              capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            text = proc.stdout
+    if text is None:
+        text = _packages_python(deb_dir)
+    (deb_dir / "Packages").write_text(text)
+    with gzip.GzipFile(deb_dir / "Packages.gz", "wb", mtime=0) as gz:
+        gz.write(text.encode())
+    files = [deb_dir / "Packages", deb_dir / "Packages.gz"]
+    release = [
+        f"Origin: {label}",
+        f"Label: {label}",
+        "Suite: ./",
+        f"Date: {formatdate(usegmt=True)}",
+        f"Architectures: {deb_arch()} all",
+        "MD5Sum:",
+        *[f" {_digest(f, 'md5')} {f.stat().st_size} {f.name}" for f in files],
+        "SHA256:",
+        *[f" {sha256(f)} {f.stat().st_size} {f.name}" for f in files],
+    ]
+    (deb_dir / "Release").write_text("\n".join(release) + "\n")
+
+
+# --- the tree, tarball and ISO ------------------------------------------------------------------
+
+def build_tree(parent: Path, version: str, kernel: str, distro: str = DISTRO) -> Path:
+    """Make ``parent/MLNX_OFED_LINUX-<ver>-<distro>-<arch>/`` and return it."""
+    arch = machine_arch()
+    top = parent / dist_name(version, distro, arch)
+    debs = top / "DEBS"
+    debs.mkdir(parents=True)
+    darch = deb_arch()
+    for deb in packages(version, kernel):
+        build_deb(deb, debs, darch)
+    write_index(debs, label=f"MLNX_OFED_LINUX-{version}")
+    for script in ("mlnxofedinstall", "uninstall.sh", "mlnx_add_kernel_support.sh"):
+        (top / script).write_bytes(_template(script))
+        (top / script).chmod(0o755)
+    (top / ".mlnx").write_text(f"{version}\n")
+    (top / ".arch").write_text(f"{arch}\n")
+    (top / "distro").write_text(f"{distro}\n")
+    (top / "LICENSE").write_text(
+        "The fabricops lab's emulated MLNX_OFED: no NVIDIA software is included.\n"
+        "The packages hold wrappers around the lab's emulated device tools.\n"
+    )
+    src = top / "src"
+    src.mkdir()
+    readme = b"Emulated MLNX_OFED sources: nothing to build.\n"
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        info = tarfile.TarInfo(f"MLNX_OFED_SRC-{version}/README")
+        info.size, info.mtime, info.mode = len(readme), 0, 0o644
+        tar.addfile(info, io.BytesIO(readme))
+    (src / f"MLNX_OFED_SRC-debian-{version}.tgz").write_bytes(buf.getvalue())
+    return top
+
+
+def make_tgz(tree: Path, target: Path) -> None:
+    """A gzip'd tarball whose one top directory is the tree (as NVIDIA's .tgz)."""
+    def norm(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mtime = 1700000000
+        return info
+
+    with target.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(str(tree), arcname=tree.name, recursive=False, filter=norm)
+        for p in sorted(tree.rglob("*")):
+            tar.add(str(p), arcname=f"{tree.name}/{p.relative_to(tree)}", recursive=False, filter=norm)
+
+
+def iso_tool() -> str | None:
+    for tool in ("xorriso", "genisoimage", "mkisofs"):
+        if shutil.which(tool):
+            return tool
+    return None
+
+
+def make_iso(tree: Path, target: Path, volume: str) -> None:
+    """An ISO 9660 image with Rock Ridge whose root is the tree's content (as NVIDIA's .iso)."""
+    tool = iso_tool()
+    if tool is None:
+        raise FabricopsError("neither xorriso nor genisoimage is installed; run scripts/setup.sh "
+                             "(apt-get install xorriso) to build the emulated MLNX_OFED ISO")
+    volid = volume[:32]
+    if tool == "xorriso":
+        argv = ["xorriso", "-as", "mkisofs", "-quiet", "-r", "-V", volid, "-o", str(target), str(tree)]
+    else:
+        argv = [tool, "-quiet", "-r", "-V", volid, "-o", str(target), str(tree)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FabricopsError(f"{tool} could not build {target.name}: {proc.stderr.strip()[-300:]}")
+
+
+# --- the whole repository, cached ---------------------------------------------------------------
+
+def cache_key(versions: tuple[str, ...], kernel: str, distro: str) -> str:
+    h = hashlib.sha256()
+    for p in sorted(TEMPLATE_DIR.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(TEMPLATE_DIR).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(Path(__file__).read_bytes())
+    h.update(json.dumps(emul_tools.TOOLS, sort_keys=True).encode())
+    h.update(json.dumps([list(versions), kernel, distro, machine_arch()]).encode())
+    return h.hexdigest()
+
+
+def _artifacts_present(out: Path, manifest: dict[str, Any]) -> bool:
+    for facts in manifest.get("versions", {}).values():
+        for key in ("iso", "tgz"):
+            if not (out / facts[key]).is_file():
+                return False
+        if not (out / facts["repo"] / "Packages").is_file():
+            return False
+    return True
+
+
+def build(out: Path, versions: tuple[str, ...] = VERSIONS, kernel: str | None = None,
+          distro: str = DISTRO, *, force: bool = False) -> dict[str, Any]:
+    """Build (or reuse) every version's artifacts under ``out``; return the manifest.
+
+    The manifest (also ``out/manifest.json``) maps each version to relative paths and checksums:
+    ``{"key", "kernel", "distro", "versions": {VER: {"dir", "iso", "iso_sha256", "tgz",
+    "tgz_sha256", "repo", "built_for_kernel"}}}``.
+    """
+    kernel = kernel or default_kernel()
+    for v in versions:
+        _split(v)
+    key = cache_key(tuple(versions), kernel, distro)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    if not force and manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except ValueError:
+            manifest = {}
+        if manifest.get("key") == key and _artifacts_present(out, manifest):
+            return manifest
+
+    # Rebuild everything into a staging dir, then swap it in.
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=out))
+    try:
+        result: dict[str, Any] = {"key": key, "kernel": kernel, "distro": distro, "versions": {}}
+        for v in versions:
+            work = staging / "work" / v
+            work.mkdir(parents=True)
+            tree = build_tree(work, v, kernel, distro)
+            rel_dir = f"MLNX_OFED-{v}"
+            dist = staging / rel_dir
+            dist.mkdir()
+            tgz = dist / f"{tree.name}.tgz"
+            iso = dist / f"{tree.name}.iso"
+            make_tgz(tree, tgz)
+            make_iso(tree, iso, f"MLNX_OFED_LINUX-{v}")
+            sums = {p.name: sha256(p) for p in (iso, tgz)}
+            (dist / "SHA256SUMS").write_text("".join(f"{s}  {n}\n" for n, s in sums.items()))
+            repo = staging / "repo" / v
+            shutil.copytree(tree / "DEBS", repo)
+            result["versions"][v] = {
+                "dir": tree.name,
+                "iso": f"{rel_dir}/{iso.name}",
+                "iso_sha256": sums[iso.name],
+                "tgz": f"{rel_dir}/{tgz.name}",
+                "tgz_sha256": sums[tgz.name],
+                "repo": f"repo/{v}",
+                "built_for_kernel": kernel,
+            }
+        shutil.rmtree(staging / "work")
+        (staging / "manifest.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        # swap: remove the old artifacts, move the new ones in
+        for old in list(out.iterdir()):
+            if old == staging or old.name.startswith(".build-"):
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        for new in staging.iterdir():
+            new.rename(out / new.name)
+        return result
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- serving ------------------------------------------------------------------------------------
+
+def _pid_file() -> Path:
+    return paths.STATE_DIR / "repo-http.pid"
+
+
+def _log_file() -> Path:
+    return paths.STATE_DIR / "repo-http.log"
+
+
+def _is_our_server(pid: int, directory: Path) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"http.server" in argv and str(directory).encode() in argv
+
+
+def _terminate(pid: int, timeout: float = 5.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def serve(directory: Path, bind: str = CONTROLLER_IP, port: int = HTTP_PORT) -> int:
+    """Start ``python3 -m http.server`` on bind:port for directory in the background; return its pid."""
+    log = _log_file()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(port), "--bind", bind, "--directory", str(directory)],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    if not wait_port(bind, port, 15.0, proc):
+        if proc.poll() is None:
+            _terminate(proc.pid)
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        raise FabricopsError(
+            f"the MLNX_OFED HTTP server did not start on {bind}:{port}"
+            + (f" ({tail[0]})" if tail else "") + "; is the management bridge up and the port free?"
+        )
+    _pid_file().write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_PORT) -> dict[str, Any]:
+    """Build or reuse the artifacts in ``repo_dir()``, start the HTTP server, return group_vars facts.
+
+    ``lab.get("ofed_build")`` may override ``versions``, ``default_version``, ``built_for_kernel``
+    and ``distro`` (``lab["ofed"]`` is where the lab stores the facts this returns). Returns
+    ``{"base_url", "pid", "versions": {VER: {"iso_url", "iso_sha256", "tgz_url", "tgz_sha256",
+    "repo_url", "dir", "built_for_kernel"}}, "default_version", "distro"}`` (docs/lab-ofed.md).
+    """
+    cfg = lab.get("ofed_build") or {}
+    versions = tuple(cfg.get("versions") or VERSIONS)
+    default = cfg.get("default_version") or (DEFAULT_VERSION if DEFAULT_VERSION in versions else versions[-1])
+    if default not in versions:
+        raise FabricopsError(f"ofed default_version {default} is not one of {', '.join(versions)}")
+    distro = cfg.get("distro") or DISTRO
+    out = paths.repo_dir()
+    manifest = build(out, versions, cfg.get("built_for_kernel") or default_kernel(), distro)
+    stop(lab)
+    pid = serve(out, bind, port)
+    base = f"http://{bind}:{port}"
+    return {
+        "base_url": f"{base}/",
+        "pid": pid,
+        "distro": distro,
+        "default_version": default,
+        "versions": {
+            v: {
+                "iso_url": f"{base}/{f['iso']}",
+                "iso_sha256": f["iso_sha256"],
+                "tgz_url": f"{base}/{f['tgz']}",
+                "tgz_sha256": f["tgz_sha256"],
+                "repo_url": f"{base}/{f['repo']}",
+                "dir": f["dir"],
+                "built_for_kernel": f["built_for_kernel"],
+            }
+            for v, f in manifest["versions"].items()
+        },
+    }
+
+
+def stop(lab: dict[str, Any] | None = None) -> None:
+    """Stop the HTTP server (the pid in lab.json's ``repo`` or the pid file); only if it is ours."""
+    out = paths.repo_dir()
+    pids: set[int] = set()
+    recorded = ((lab or {}).get("repo") or {}).get("pid")
+    if recorded:
+        pids.add(int(recorded))
+    with contextlib.suppress(OSError, ValueError):
+        pids.add(int(_pid_file().read_text().strip()))
+    for pid in pids:
+        if _is_our_server(pid, out):
+            _terminate(pid)
+    _pid_file().unlink(missing_ok=True)
