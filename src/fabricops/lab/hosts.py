@@ -1,0 +1,430 @@
+"""Lab hosts: overlay root, systemd-nspawn boot, commands inside, stop.
+
+A host is ``systemd-nspawn -b`` on an overlay (lower = cached image, upper/work in the host dir)
+joined to its pre-made network namespace ``fo-<host>``. Its PID 1 ("leader") is the nspawn child
+whose comm is ``systemd``; :func:`host_exec` enters all of the leader's namespaces with nsenter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.lab import hardware, network, paths
+
+log = logging.getLogger(__name__)
+
+EMUL_TARGET = "usr/lib/emulated-hw"
+WRAPPER_TEMPLATE = paths.DATA_DIR / "tool-wrapper.py.in"
+STOP_TIMEOUT = 6.0
+
+
+# --- SSH material ---------------------------------------------------------------------------
+
+
+def ensure_lab_key() -> Path:
+    d = paths.ssh_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    key = d / "id_ed25519"
+    if not key.exists():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fabricops-lab", "-f", str(key)], check=True
+        )
+    return key
+
+
+def ensure_host_key(name: str) -> str:
+    """The host's SSH host key (kept in the host dir so known_hosts is written before boot)."""
+    d = paths.host_dir(name) / "ssh"
+    d.mkdir(parents=True, exist_ok=True)
+    key = d / "ssh_host_ed25519_key"
+    if not key.exists():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(key)], check=True
+        )
+    return (d / "ssh_host_ed25519_key.pub").read_text().strip()
+
+
+def ssh_base_args(known_hosts: Path | None = None) -> list[str]:
+    kh = known_hosts or paths.ssh_dir() / "known_hosts"
+    return [
+        "-i",
+        str(paths.ssh_dir() / "id_ed25519"),
+        "-o",
+        f"UserKnownHostsFile={kh}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "LogLevel=ERROR",
+        "-F",
+        "/dev/null",
+    ]
+
+
+# --- the root filesystem ----------------------------------------------------------------------
+
+
+def is_mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def mount_root(name: str, lower: Path) -> Path:
+    hd = paths.host_dir(name)
+    upper, work, root = hd / "upper", hd / "work", hd / "root"
+    for d in (upper, work, root):
+        d.mkdir(parents=True, exist_ok=True)
+    if not is_mounted(root):
+        network.run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                f"fo-{name}",
+                "-o",
+                f"lowerdir={lower},upperdir={upper},workdir={work}",
+                str(root),
+            ]
+        )
+    return root
+
+
+def unmount_root(name: str) -> None:
+    root = paths.host_dir(name) / "root"
+    if is_mounted(root) and subprocess.run(["umount", str(root)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(text)
+    os.chmod(path, mode)
+
+
+def etc_hosts(topo: dict[str, Any], name: str | None) -> str:
+    lines = ["127.0.0.1\tlocalhost"]
+    if name:
+        lines.append(f"127.0.1.1\t{name}")
+    lines += ["::1\tlocalhost ip6-localhost ip6-loopback", "", "# fabricops lab management network"]
+    lines.append("198.51.100.1\tcontroller")
+    lines += [f"{h['mgmt_ip']}\t{h['name']}" for h in topo["hosts"]]
+    lines += [f"{s['mgmt_ip']}\t{s['name']}" for s in topo["switches"]]
+    return "\n".join(lines) + "\n"
+
+
+def interfaces_files(host: dict[str, Any]) -> dict[str, str]:
+    """/etc/network/interfaces.d/ files the way the rack's provisioning writes them: management
+    eth0 and the RoCE addresses (203.0.113.0/24, one /26 per rail). IPoIB is left to the ipoib role."""
+    files = {"eth0": f"auto eth0\niface eth0 inet static\n    address {host['mgmt_ip']}/24\n"}
+    for hca in host["hcas"]:
+        for p in hca["ports"]:
+            if p["link_layer"] == "Ethernet" and p.get("address"):
+                files[p["netdev"]] = (
+                    f"# RoCE rail {p['rail']} ({hca['name']} port {p['port']})\n"
+                    f"auto {p['netdev']}\niface {p['netdev']} inet static\n"
+                    f"    address {p['address']}/{p['prefix']}\n"
+                )
+    return files
+
+
+def install_emulated_software(root: Path) -> bool:
+    """Copy the emulated-hardware package and the emulated NVIDIA driver's nvidia-smi."""
+    target = root / EMUL_TARGET
+    if (target / "emul").exists():
+        shutil.rmtree(target / "emul")
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(paths.EMUL_DIR, target / "emul", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    hwctl = paths.EMUL_DIR / "hwctl.py"
+    have_hwctl = hwctl.exists()
+    if have_hwctl:
+        shutil.copy2(hwctl, target / "hwctl.py")
+    wrapper = (
+        WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "nvidia-smi").replace("@VENDOR@", "NVIDIA driver")
+    )
+    _write(root / "usr/bin/nvidia-smi", wrapper, 0o755)
+    return have_hwctl
+
+
+def prepare_host(
+    topo: dict[str, Any], host: dict[str, Any], lower: Path, authorized_key: str
+) -> dict[str, Any]:
+    """Host dir, hardware.json, overlay root and the files a provisioned server has."""
+    name = host["name"]
+    hd = paths.host_dir(name)
+    hw = hardware.hardware_json(topo, host)
+    hw_dir = hd / "hw"
+    hw_dir.mkdir(parents=True, exist_ok=True)
+    _write(hw_dir / "hardware.json", json.dumps(hw, indent=2) + "\n")
+    ensure_host_key(name)
+    root = mount_root(name, lower)
+    etc = root / "etc"
+    _write(etc / "hostname", f"{name}\n")
+    _write(etc / "hosts", etc_hosts(topo, name))
+    _write(etc / "machine-id", hardware.machine_id(name) + "\n", 0o444)
+    for suffix, mode in (("", 0o600), (".pub", 0o644)):
+        src = hd / "ssh" / f"ssh_host_ed25519_key{suffix}"
+        _write(etc / "ssh" / f"ssh_host_ed25519_key{suffix}", src.read_text(), mode)
+    (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write(root / "root/.ssh/authorized_keys", authorized_key.strip() + "\n", 0o600)
+    for fname, text in interfaces_files(host).items():
+        _write(etc / "network/interfaces.d" / fname, text)
+    have_hwctl = install_emulated_software(root)
+    return {"hardware": hw, "hwctl": have_hwctl}
+
+
+# --- boot / stop ----------------------------------------------------------------------------
+
+
+def nspawn_argv(host: dict[str, Any]) -> list[str]:
+    name = host["name"]
+    hd = paths.host_dir(name)
+    return [
+        "systemd-nspawn",
+        "--boot",
+        "--quiet",
+        "--directory",
+        str(hd / "root"),
+        "--machine",
+        f"fo-{name}",
+        "--hostname",
+        name,
+        f"--network-namespace-path={network.NETNS_DIR / network.host_netns(name)}",
+        "--capability=CAP_NET_ADMIN",
+        f"--bind={hd / 'hw'}:/var/lib/emulated-hw",
+        f"--bind-ro={paths.fabric_dir()}:/var/lib/emulated-fabric",
+        "--register=no",
+        "--keep-unit",
+        "--console=read-only",
+        "--resolv-conf=off",
+        "--timezone=off",
+        "--link-journal=no",
+    ]
+
+
+def start_host(host: dict[str, Any]) -> int:
+    """Start the host's nspawn in its own process group, logging to the host dir; returns its pid."""
+    hd = paths.host_dir(host["name"])
+    env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network", SYSTEMD_COLORS="0")
+    with open(hd / "console.log", "ab") as log_f:
+        proc = subprocess.Popen(
+            nspawn_argv(host),
+            stdin=subprocess.DEVNULL,
+            stdout=log_f,
+            stderr=subprocess.STDOUT,
+            cwd=str(hd),
+            env=env,
+            start_new_session=True,
+        )
+    (hd / "nspawn.pid").write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+    return ") Z " not in stat
+
+
+def find_leader(nspawn_pid: int, timeout: float = 20.0) -> int:
+    """PID 1 of the container: the nspawn child whose comm is ``systemd``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(nspawn_pid):
+            break
+        for child in _children(nspawn_pid):
+            if _comm(child) == "systemd":
+                return child
+        time.sleep(0.05)
+    raise FabricopsError(f"systemd-nspawn (pid {nspawn_pid}) did not boot systemd; see its console.log")
+
+
+def wait_ssh(host: dict[str, Any], timeout: float = 60.0) -> float:
+    """Wait until the host accepts the lab key over SSH; returns the seconds it took."""
+    started = time.monotonic()
+    deadline = started + timeout
+    ip = host["mgmt_ip"]
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((ip, 22), timeout=1.0) as s:
+                s.settimeout(2.0)
+                banner = s.recv(64)
+            if not banner.startswith(b"SSH-"):
+                raise OSError("no SSH banner")
+        except OSError as exc:
+            last = str(exc)
+            time.sleep(0.1)
+            continue
+        proc = subprocess.run(
+            ["ssh", *ssh_base_args(), "-o", "ConnectTimeout=3", f"root@{ip}", "true"],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode == 0:
+            return time.monotonic() - started
+        last = proc.stderr.strip()
+        time.sleep(0.2)
+    raise FabricopsError(f"{host['name']} ({ip}) did not answer SSH within {timeout:.0f} s: {last}")
+
+
+def stop_host(name: str, nspawn_pid: int | None, timeout: float = STOP_TIMEOUT) -> None:
+    """Orderly shutdown (SIGTERM -> the container's systemd powers off); SIGKILL after TIMEOUT."""
+    if nspawn_pid and alive(nspawn_pid):
+        leader = next((c for c in _children(nspawn_pid) if _comm(c) == "systemd"), None)
+        if leader:
+            _unmount_emulated_sysfs(leader)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(nspawn_pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while alive(nspawn_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if alive(nspawn_pid):
+            log.warning("%s did not shut down within %.0f s; killing it", name, timeout)
+            for pid in (leader, nspawn_pid):
+                if pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(nspawn_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while alive(nspawn_pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(nspawn_pid, os.WNOHANG)
+    unmount_root(name)
+
+
+def _unmount_emulated_sysfs(leader: int) -> None:
+    """Take the emulated sysfs overlays off before shutdown: an overlay on /sys hides the
+    container's cgroup mounts, and its systemd then cannot run systemd-halt (shutdown hangs)."""
+    script = (
+        "awk '$1==\"emulated-hw\" {print $2}' /proc/self/mounts | sort -r "
+        '| while read m; do umount -l "$m"; done'
+    )
+    subprocess.run(
+        ["nsenter", "-t", str(leader), "-m", "-p", "--", "sh", "-c", script], capture_output=True, timeout=10
+    )
+
+
+def nspawn_pid_of(name: str) -> int | None:
+    try:
+        return int((paths.host_dir(name) / "nspawn.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def leader_of(name: str, lab: dict[str, Any] | None = None) -> int:
+    """The host's current PID 1 (checked: the recorded one, else found again from nspawn)."""
+    lab = lab or paths.load_lab()
+    info = lab["hosts"].get(name)
+    if info is None:
+        raise FabricopsError(f"{name} is not a host of the lab (hosts: {', '.join(lab['hosts'])})")
+    pid = info.get("leader_pid")
+    if pid and _comm(pid) == "systemd" and alive(pid):
+        return pid
+    nspawn = nspawn_pid_of(name)
+    if nspawn and alive(nspawn):
+        return find_leader(nspawn, timeout=2)
+    raise FabricopsError(f"{name} is down; run fabricops lab up")
+
+
+def host_exec(
+    name: str, argv: list[str], input: str | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run ARGV inside a lab host (all of its namespaces, its root, a login-like environment)."""
+    leader = leader_of(name)
+    cmd = [
+        "nsenter",
+        "-t",
+        str(leader),
+        "-m",
+        "-u",
+        "-i",
+        "-n",
+        "-p",
+        "-C",
+        "-r",
+        "-w",
+        "--",
+        "env",
+        "-i",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/root",
+        "LANG=C.UTF-8",
+        *argv,
+    ]
+    proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()[-300:]
+        raise FabricopsError(f"{name}: {' '.join(argv)} exited {proc.returncode}: {detail}")
+    return proc
+
+
+def resync_hardware(name: str) -> subprocess.CompletedProcess:
+    """Re-render the host's emulated sysfs from hardware.json (``hwctl.py sync`` inside the host)."""
+    return host_exec(name, ["python3", f"/{EMUL_TARGET}/hwctl.py", "sync"])
+
+
+def memory_kib(name: str) -> dict[str, int]:
+    """Memory of the host's processes: PSS and RSS sums (KiB) over PID 1 and its descendants."""
+    leader = leader_of(name)
+    todo, seen = [leader], set()
+    pss = rss = 0
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+                elif line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+        except OSError:
+            continue
+        todo += _children(pid)
+    return {"pss_kib": pss, "rss_kib": rss, "processes": len(seen)}

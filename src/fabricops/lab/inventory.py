@@ -1,0 +1,187 @@
+"""The lab's Ansible inventory (``inventories/lab/``), written by ``fabricops lab up``.
+
+Hosts are reached over real SSH with the lab's key and a strict known_hosts; switches are driven
+from the controller (netmiko), so they carry ``ansible_connection: local`` and their credentials
+as a lookup of the password file: the inventory never contains a password.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fabricops.lab import paths
+
+HEADER = (
+    "# Written by `fabricops lab up` for the emulated rack; `fabricops lab down` removes it.\n"
+    "# Do not edit: change the topology file and run `fabricops lab up` again.\n"
+)
+
+# The fabric-wide RoCE lossless definition (REFERENCE.md "RoCE lossless, the real knobs").
+ROCE = {
+    "lossless_priority": 3,
+    "dscp": 26,
+    "tos": 106,
+    "cnp_dscp": 48,
+    "cnp_priority": 6,
+    "trust": "dscp",
+    "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
+    "ecn": {"min_kb": 150, "max_kb": 1500},
+    "roce_mode": "RoCE v2",
+}
+
+SWITCH_USERS = {"onyx": "admin", "cumulus": "cumulus"}
+FILES = ("hosts.yml", "group_vars/all.yml")
+CABLE_ORDER = ("host", "netdev", "hca", "port", "switch", "switch_port")
+
+
+def ssh_common_args() -> str:
+    kh = paths.ssh_dir() / "known_hosts"
+    return f"-o UserKnownHostsFile={kh} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
+
+
+def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
+    topo = lab["topology"]
+    gpu_hosts = {h["name"]: {"ansible_host": h["mgmt_ip"]} for h in topo["hosts"]}
+    groups: dict[str, dict[str, Any]] = {"onyx_switches": {}, "cumulus_switches": {}, "ib_switches": {}}
+    running = lab.get("switches") or {}
+    for sw in topo["switches"]:
+        info = running.get(sw["name"], {})
+        entry: dict[str, Any] = {
+            "ansible_host": (info.get("mgmt_ip") or sw["mgmt_ip"]),
+            "fabricops_switch_os": sw["os"],
+            "fabricops_switch_model": sw["model"],
+        }
+        if sw["os"] == "ib":
+            # Managed by its subnet manager, not over SSH here: listed for cabling and reports.
+            entry["fabricops_switch_reachable"] = bool(info.get("port"))
+            groups["ib_switches"][sw["name"]] = entry
+            continue
+        pw_file = info.get("password_file") or str(paths.switch_dir(sw["name"]) / "password")
+        entry.update(
+            {
+                "ansible_network_os": sw["os"],
+                "ansible_port": int(info.get("port") or 22),
+                "ansible_user": info.get("user", SWITCH_USERS[sw["os"]]),
+                "ansible_password": "{{ lookup('ansible.builtin.file', '" + pw_file + "') }}",
+            }
+        )
+        groups[f"{sw['os']}_switches"][sw["name"]] = entry
+    switch_vars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "fabricops_ssh_known_hosts": str(paths.ssh_dir() / "known_hosts"),
+    }
+    return {
+        "all": {
+            "children": {
+                "gpu_hosts": {
+                    "hosts": gpu_hosts,
+                    "vars": {
+                        "ansible_user": "root",
+                        "ansible_ssh_private_key_file": str(paths.ssh_dir() / "id_ed25519"),
+                        "ansible_ssh_common_args": ssh_common_args(),
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                    },
+                },
+                "switches": {
+                    "children": {
+                        "onyx_switches": {"hosts": groups["onyx_switches"]},
+                        "cumulus_switches": {"hosts": groups["cumulus_switches"]},
+                    },
+                    "vars": switch_vars,
+                },
+                "ib_switches": {"hosts": groups["ib_switches"], "vars": dict(switch_vars)},
+            }
+        }
+    }
+
+
+def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str, Any]:
+    topo = lab["topology"]
+    data: dict[str, Any] = {
+        "fabricops_hardware_profile": topo.get("hardware_profile", "hgx-h100-ndr"),
+        "fabricops_roce": dict(ROCE),
+        "fabricops_cabling": [{k: c[k] for k in CABLE_ORDER} for c in topo["cabling"]],
+    }
+    roce_netdevs = {}
+    for h in topo["hosts"]:
+        for hca in h["hcas"]:
+            for p in hca["ports"]:
+                if p["link_layer"] == "Ethernet":
+                    roce_netdevs.setdefault(h["name"], []).append(
+                        {
+                            "netdev": p["netdev"],
+                            "hca": hca["name"],
+                            "address": f"{p['address']}/{p['prefix']}",
+                        }
+                    )
+    data["fabricops_roce_addresses"] = roce_netdevs
+    if ofed_facts:
+        # lab.json stores keys sorted: sort here too, so a rewrite from lab.json is byte-identical
+        data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
+    return data
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def render(lab: dict[str, Any], ofed_facts: dict[str, Any] | None = None) -> dict[str, str]:
+    dump = _dump
+    return {
+        "hosts.yml": HEADER + dump(hosts_yml(lab)),
+        "group_vars/all.yml": HEADER + "---\n" + dump(all_yml(lab, ofed_facts)),
+    }
+
+
+def write(lab: dict[str, Any], inventory_dir: Path, ofed_facts: dict[str, Any] | None = None) -> bool:
+    """Write the inventory; returns True when a file changed."""
+    changed = False
+    for rel, text in render(lab, ofed_facts).items():
+        target = inventory_dir / rel
+        if target.exists() and target.read_text() == text:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
+        changed = True
+    return changed
+
+
+def remove(inventory_dir: Path) -> None:
+    for rel in FILES:
+        target = inventory_dir / rel
+        if target.exists() and target.read_text().startswith(HEADER):
+            target.unlink()
+    for d in (inventory_dir / "group_vars", inventory_dir):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+
+
+def known_hosts_lines(
+    topo: dict[str, Any], switch_keys: dict[str, tuple[str, int, str]] | None = None
+) -> list[str]:
+    """known_hosts: every host by name and IP; switches by name and IP (and port when not 22)."""
+    from fabricops.lab import hosts as hosts_mod
+
+    lines = []
+    for h in topo["hosts"]:
+        pub = hosts_mod.ensure_host_key(h["name"])
+        keytype, key = pub.split()[:2]
+        lines.append(f"{h['name']},{h['mgmt_ip']} {keytype} {key}")
+    for name, (ip, port, pub) in (switch_keys or {}).items():
+        keytype, key = pub.split()[:2]
+        names = [name, ip] if port == 22 else [f"[{name}]:{port}", f"[{ip}]:{port}"]
+        lines.append(f"{','.join(names)} {keytype} {key}")
+    return lines

@@ -1,0 +1,204 @@
+"""The lab's networks: management bridge, per-host namespaces and the data-plane bridges.
+
+Everything is created inside names the lab owns and nothing else is touched:
+- ``fo-mgmt``: bridge in the root namespace, 198.51.100.1/24 (the controller side);
+- ``fo-<host>``: a named network namespace per host (systemd-nspawn joins it with
+  ``--network-namespace-path``), holding ``eth0`` (management) and one veth per HCA port netdev,
+  created *before* boot so the host's own ifupdown raises them like a real server's NICs;
+- ``fo-fabric``: a namespace with one Linux bridge per switch (``br-<switch>``); the far end of
+  every host port veth is a port of its switch's bridge.
+MACs are fixed (derived from positions): a recycled address with a new random MAC leaves stale ARP
+entries that stall SSH (LAB-NOTES). IPv6 is disabled on the lab's own bridges, forwarding stays off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.lab import hardware
+from fabricops.lab.topology import CONTROLLER_IP, MGMT_PREFIX
+
+log = logging.getLogger(__name__)
+
+MGMT_BRIDGE = "fo-mgmt"
+MGMT_BRIDGE_MAC = "02:fb:ff:00:00:01"
+FABRIC_NS = "fo-fabric"
+NETNS_DIR = Path("/run/netns")
+FABRIC_MTU = 9216
+
+
+def run(argv: list[str], check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise FabricopsError(f"{' '.join(argv[:6])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def ip_batch(lines: list[str], netns: str | None = None) -> None:
+    if not lines:
+        return
+    argv = ["ip", *(["-n", netns] if netns else []), "-batch", "-"]
+    run(argv, input="\n".join(lines) + "\n")
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    argv = ["ip", *(["-n", netns] if netns else []), "link", "show", "dev", name]
+    return subprocess.run(argv, capture_output=True).returncode == 0
+
+
+def netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def host_netns(host: str) -> str:
+    return f"fo-{host}"
+
+
+def mgmt_veth(host_index: int) -> str:
+    return f"fo-m{host_index}"
+
+
+def bridge_name(switch: str) -> str:
+    name = f"br-{switch}"
+    if len(name) <= 15:
+        return name
+    return f"br-{switch[:7]}-{hashlib.sha256(switch.encode()).hexdigest()[:4]}"
+
+
+def fabric_veth(host_index: int, hca_index: int, port: int) -> str:
+    return f"h{host_index}-{hca_index}-{port}"
+
+
+def _sysctl_in(netns: str | None, key: str, value: str) -> None:
+    path = "/proc/sys/" + key.replace(".", "/")
+    if netns is None:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(value)
+        return
+    run(["ip", "netns", "exec", netns, "sh", "-c", f"echo {value} > {path}"], check=False)
+
+
+# --- management bridge and fabric namespace -----------------------------------------------
+
+
+def ensure_mgmt_bridge() -> None:
+    if not link_exists(MGMT_BRIDGE):
+        ip_batch(
+            [
+                f"link add {MGMT_BRIDGE} address {MGMT_BRIDGE_MAC} type bridge stp_state 0 forward_delay 0",
+            ]
+        )
+        # The bridge owns no IPv6: no router solicitations, no DAD on the lab network.
+        _sysctl_in(None, f"net.ipv6.conf.{MGMT_BRIDGE}.disable_ipv6", "1")
+        ip_batch([f"addr add {CONTROLLER_IP}/{MGMT_PREFIX} dev {MGMT_BRIDGE}", f"link set {MGMT_BRIDGE} up"])
+
+
+def ensure_fabric(switches: list[dict[str, Any]]) -> None:
+    if not netns_exists(FABRIC_NS):
+        run(["ip", "netns", "add", FABRIC_NS])
+        _sysctl_in(FABRIC_NS, "net.ipv6.conf.all.disable_ipv6", "1")
+        _sysctl_in(FABRIC_NS, "net.ipv6.conf.default.disable_ipv6", "1")
+        ip_batch(["link set lo up"], FABRIC_NS)
+    lines = []
+    for sw in switches:
+        br = bridge_name(sw["name"])
+        if not link_exists(br, FABRIC_NS):
+            lines += [
+                f"link add {br} type bridge stp_state 0 forward_delay 0 ageing_time 30000",
+                f"link set {br} mtu {FABRIC_MTU}",
+                f"link set {br} up",
+            ]
+    ip_batch(lines, FABRIC_NS)
+
+
+# --- a host's namespace -----------------------------------------------------------------------
+
+
+def create_host_netns(topo: dict[str, Any], host: dict[str, Any], hw: dict[str, Any]) -> None:
+    """The host's namespace with eth0 and every HCA port netdev, wired to the bridges."""
+    ns = host_netns(host["name"])
+    if netns_exists(ns):
+        destroy_host_netns(host)
+    run(["ip", "netns", "add", ns])
+    idx = host["index"]
+    cable = {(c["host"], c["netdev"]): c for c in topo["cabling"]}
+    sw_by_name = {s["name"]: s for s in topo["switches"]}
+    root_lines = [
+        f"link add {mgmt_veth(idx)} address {hardware.mgmt_mac(idx, 'bridge')} type veth "
+        f"peer name eth0 address {hardware.mgmt_mac(idx, 'host')} netns {ns}",
+        f"link set {mgmt_veth(idx)} master {MGMT_BRIDGE} up",
+    ]
+    fabric_lines = []
+    for k, (hca_t, hca) in enumerate(zip(host["hcas"], hw["hcas"], strict=True)):
+        for _p_t, p in zip(hca_t["ports"], hca["ports"], strict=True):
+            mac = p["mac"] or hardware.ipoib_veth_mac(p["port_guid"])
+            far = fabric_veth(idx, k, p["port"])
+            fabric_lines.append(
+                f"link add {far} address {hardware.fabric_peer_mac(idx, k, p['port'])} mtu {FABRIC_MTU} "
+                f"type veth peer name {p['netdev']} address {mac} netns {ns}"
+            )
+            c = cable.get((host["name"], p["netdev"]))
+            if c and c["switch"] in sw_by_name:
+                fabric_lines.append(f"link set {far} master {bridge_name(c['switch'])} up")
+            # An uncabled port stays down (no carrier), as on a real host.
+    ip_batch(root_lines)
+    ip_batch(fabric_lines, FABRIC_NS)
+    ip_batch(["link set lo up"], ns)
+
+
+def destroy_host_netns(host: dict[str, Any]) -> None:
+    """Remove the host's namespace (its veths go with it) and any root-side leftovers."""
+    ns = host_netns(host["name"])
+    if netns_exists(ns):
+        run(["ip", "netns", "del", ns], check=False)
+    if link_exists(mgmt_veth(host["index"])):
+        run(["ip", "link", "del", mgmt_veth(host["index"])], check=False)
+
+
+def port_link(host_index: int, hca_index: int, port: int, up: bool) -> None:
+    """Carrier on/off for one host port, seen from the switch side (used for link faults)."""
+    run(
+        [
+            "ip",
+            "-n",
+            FABRIC_NS,
+            "link",
+            "set",
+            fabric_veth(host_index, hca_index, port),
+            "up" if up else "down",
+        ]
+    )
+
+
+def teardown(topo: dict[str, Any] | None) -> None:
+    """Remove the fabric namespace and the management bridge (hosts' namespaces first)."""
+    if topo:
+        for h in topo["hosts"]:
+            destroy_host_netns(h)
+    else:
+        for p in NETNS_DIR.glob("fo-*") if NETNS_DIR.is_dir() else []:
+            if p.name != FABRIC_NS:
+                run(["ip", "netns", "del", p.name], check=False)
+    if netns_exists(FABRIC_NS):
+        run(["ip", "netns", "del", FABRIC_NS], check=False)
+    if link_exists(MGMT_BRIDGE):
+        run(["ip", "link", "del", MGMT_BRIDGE], check=False)
+
+
+def lab_links() -> list[str]:
+    """Links in the root namespace that the lab made (fo-*), for status and the no-trace test."""
+    out = run(["ip", "-o", "link", "show"], check=False).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split(": ")
+        if len(parts) > 1:
+            name = parts[1].split("@")[0]
+            if name.startswith("fo-"):
+                names.append(name)
+    return names
