@@ -1,0 +1,158 @@
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the fabricops.fabric collection: thin shims over the fabricops package.
+
+The logic lives in plain, unit-tested Python (kolla-ansible's ``filter_plugins/address.py`` is the
+model); these functions only adapt arguments and turn package errors into AnsibleFilterError.
+Other roles may add their filters here.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from fabricops import ipoib as _ipoib
+    from fabricops import nccl as _nccl
+except ImportError as exc:  # pragma: no cover - only without the Python package
+    _ipoib = _nccl = None
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+
+def _need_package():
+    if IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            f"fabricops.fabric filters need the fabricops Python package on the controller: {IMPORT_ERROR}"
+        )
+
+
+def _plain(value):
+    """Ansible's lazy/tagged containers -> plain dicts, lists and scalars."""
+    if isinstance(value, dict) or hasattr(value, "keys"):
+        return {str(k): _plain(value[k]) for k in value}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark):
+    return {
+        "roce": _plain(roce) or None,
+        "socket_ifname": str(socket_ifname) if socket_ifname else None,
+        "overrides": _plain(overrides) or {},
+        "allow_benchmark": bool(allow_benchmark),
+    }
+
+
+def nccl_env(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False):
+    """``ansible_facts.fabric | fabricops.fabric.nccl_env('roce', fabricops_roce, ...)`` -> env dict."""
+    _need_package()
+    try:
+        return _nccl.nccl_env(
+            str(profile), _plain(facts) or {}, **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark)
+        )
+    except _nccl.NcclProfileError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def nccl_profile_errors(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False):
+    """[] or [one-line reason]: the preflight's assert reads this."""
+    _need_package()
+    return _nccl.nccl_errors(
+        str(profile), _plain(facts) or {}, **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark)
+    )
+
+
+def nccl_socket_ifname_default(ansible_facts):
+    _need_package()
+    return _nccl.socket_ifname_default(_plain(ansible_facts))
+
+
+def _ipoib_kwargs(plan, host_index, addresses, interfaces, facts, mode, mtu, ib_mtu):
+    return {
+        "plan": _plain(plan) or {},
+        "host_index": _plain(host_index),
+        "addresses": _plain(addresses) or {},
+        "interfaces": _plain(interfaces) or [],
+        "facts": _plain(facts) or {},
+        "defaults": {"mode": mode, "mtu": _plain(mtu), "ib_mtu": _plain(ib_mtu)},
+    }
+
+
+def ipoib_interfaces(host, plan=None, host_index=None, addresses=None, interfaces=None, facts=None,
+                     mode="datagram", mtu=None, ib_mtu=4096):
+    """The IPoIB interfaces of ``host`` (see fabricops.ipoib.host_interfaces)."""
+    _need_package()
+    try:
+        return _ipoib.host_interfaces(
+            str(host), **_ipoib_kwargs(plan, host_index, addresses, interfaces, facts, mode, mtu, ib_mtu)
+        )
+    except _ipoib.IpoibPlanError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def ipoib_plan_errors(host, plan=None, host_index=None, addresses=None, interfaces=None, facts=None,
+                      mode="datagram", mtu=None, ib_mtu=4096):
+    _need_package()
+    return _ipoib.plan_errors(
+        str(host), **_ipoib_kwargs(plan, host_index, addresses, interfaces, facts, mode, mtu, ib_mtu)
+    )
+
+
+def ipoib_conflicts(hostvars, hosts, host, own_interfaces, plan=None):
+    """Address clashes between ``host``'s interfaces and the other ``hosts``' planned ones.
+
+    Other hosts' plans are computed from their inventory variables (``ipoib_plan``,
+    ``ipoib_host_index``, ``ipoib_addresses``, ``ipoib_interfaces``), so this works with
+    ``serial`` batches too; a host whose own plan is invalid is skipped (it fails on its own).
+    ``plan`` (this host's ``ipoib_plan``) stands in for hosts whose hostvars lack one (a play var).
+    """
+    _need_package()
+    plans = {str(host): _plain(own_interfaces) or []}
+    for other in hosts:
+        other = str(other)
+        if other == str(host):
+            continue
+        hv = hostvars[other]
+        try:
+            plans[other] = _ipoib.host_interfaces(
+                other,
+                plan=_plain(hv.get("ipoib_plan")) or _plain(plan) or {},
+                host_index=_plain(hv.get("ipoib_host_index")),
+                addresses=_plain(hv.get("ipoib_addresses")) or {},
+                interfaces=_plain(hv.get("ipoib_interfaces")) or [],
+                defaults={"mode": hv.get("ipoib_mode") or "datagram", "mtu": None,
+                          "ib_mtu": _plain(hv.get("ipoib_ib_mtu")) or 4096},
+                check_devices=False,
+            )
+        except _ipoib.IpoibPlanError:
+            continue
+    return _ipoib.address_conflicts(plans, host=str(host))
+
+
+def ipoib_pending(interfaces, netdevs, ansible_facts=None):
+    _need_package()
+    return _ipoib.pending_changes(
+        _plain(interfaces) or [], _plain(netdevs) or {}, _plain(ansible_facts) or {}
+    )
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "nccl_env": nccl_env,
+            "nccl_profile_errors": nccl_profile_errors,
+            "nccl_socket_ifname_default": nccl_socket_ifname_default,
+            "ipoib_interfaces": ipoib_interfaces,
+            "ipoib_plan_errors": ipoib_plan_errors,
+            "ipoib_conflicts": ipoib_conflicts,
+            "ipoib_pending": ipoib_pending,
+        }
