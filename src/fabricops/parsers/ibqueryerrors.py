@@ -1,0 +1,108 @@
+"""``ibqueryerrors`` (infiniband-diags): ports whose error counters exceed thresholds.
+
+``Errors for "NAME"`` (CA) or ``Errors for 0xGUID "NAME"`` (switch), then per-port lines
+``GUID 0x... port N: [Counter == value] ...`` (``port ALL`` is the switch aggregate; with
+``--data`` the values carry a human readable suffix like ``(1.234GB)``), then the summary.
+A clean fabric prints only the summary; that parses to ``nodes == []``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fabricops.errors import ParseError
+from fabricops.parsers._text import clean_lines
+
+TOOL = "ibqueryerrors"
+EXPECTED = "'Errors for ...' blocks and/or the '## Summary:' lines"
+
+_NODE = re.compile(r'^\s*Errors for\s+(?:(0x[0-9a-fA-F]+)\s*)?(?:"(.*)")?\s*$')
+_PORT = re.compile(r"^\s*GUID\s+(0x[0-9a-fA-F]+)\s+port\s+(\w+):\s*(.*)$")
+_CTR = re.compile(r"\[(\w+)\s*==\s*(\d+)(?:\s*\(([^)]*)\))?\]")
+_SUM1 = re.compile(r"^##\s*Summary:\s*(\d+)\s+nodes checked,\s*(\d+)\s+bad nodes found")
+_SUM2 = re.compile(r"^##\s*(\d+)\s+ports checked,\s*(\d+)\s+ports have errors beyond threshold")
+_PMA = re.compile(r"^##\s*(\d+)\s+PMA query failures")
+
+
+@dataclass
+class IbqePort:
+    guid: str
+    port: str
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def port_number(self) -> int | None:
+        return int(self.port) if self.port.isdigit() else None
+
+
+@dataclass
+class IbqeNode:
+    name: str | None
+    guid: str | None
+    is_switch: bool
+    ports: list[IbqePort] = field(default_factory=list)
+
+
+@dataclass
+class Ibqueryerrors:
+    nodes: list[IbqeNode]
+    nodes_checked: int | None = None
+    bad_nodes: int | None = None
+    ports_checked: int | None = None
+    bad_ports: int | None = None
+    pma_query_failures: int | None = None
+    thresholds: dict[str, int] = field(default_factory=dict)
+    suppressed: list[str] = field(default_factory=list)
+
+
+def parse(text: str) -> Ibqueryerrors:
+    if not text or not text.strip():
+        raise ParseError(TOOL, EXPECTED, "empty input")
+    nodes: list[IbqeNode] = []
+    rec = Ibqueryerrors(nodes=nodes)
+    saw_summary = False
+    for line in clean_lines(text):
+        s = line.strip()
+        if not s:
+            continue
+        m = _NODE.match(line)
+        if m and (m.group(1) or m.group(2) is not None):
+            nodes.append(IbqeNode(name=m.group(2), guid=m.group(1), is_switch=m.group(1) is not None))
+            continue
+        m = _PORT.match(line)
+        if m:
+            if not nodes:
+                nodes.append(IbqeNode(name=None, guid=None, is_switch=False))
+            port = IbqePort(guid=m.group(1), port=m.group(2))
+            for c in _CTR.finditer(m.group(3)):
+                port.counters[c.group(1)] = int(c.group(2))
+            nodes[-1].ports.append(port)
+            continue
+        m = _SUM1.match(s)
+        if m:
+            rec.nodes_checked, rec.bad_nodes = int(m.group(1)), int(m.group(2))
+            saw_summary = True
+            continue
+        m = _SUM2.match(s)
+        if m:
+            rec.ports_checked, rec.bad_ports = int(m.group(1)), int(m.group(2))
+            continue
+        m = _PMA.match(s)
+        if m:
+            rec.pma_query_failures = int(m.group(1))
+            continue
+        if s.startswith("## Thresholds:"):
+            for k, v in re.findall(r"(\w+)\s*=\s*(\d+)", s.split(":", 1)[1]):
+                rec.thresholds[k] = int(v)
+            continue
+        if s.startswith("## Suppressed:"):
+            rec.suppressed = s.split(":", 1)[1].split()
+            continue
+    if not nodes and not saw_summary:
+        raise ParseError(TOOL, EXPECTED, "neither 'Errors for' blocks nor a '## Summary:' line")
+    for n in nodes:
+        if not n.ports:
+            detail = f"'Errors for {n.name or n.guid}' has no port lines (truncated?)"
+            raise ParseError(TOOL, EXPECTED, detail)
+    return rec

@@ -1,0 +1,161 @@
+"""``ibv_devinfo`` and ``ibv_devinfo -v`` (rdma-core / MLNX_OFED libibverbs examples).
+
+Key/value lines separated by tabs or spaces (GitHub often expands the tabs); MLNX_OFED's extra
+``Device ports:`` line; ``-v`` capability lists (ignored) and the GID table
+(``GID[  3]:  ::ffff:10.0.0.1, RoCE v2``). "No IB devices found" and "Failed to get IB devices list"
+raise :class:`ParseError` (no devices is not a record).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fabricops.errors import ParseError
+from fabricops.parsers._text import clean_lines
+
+TOOL = "ibv_devinfo"
+EXPECTED = "'hca_id: DEV' blocks with 'port: N' sections"
+
+_KV = re.compile(r"^\s*([A-Za-z_][\w ]*?):\s*(.*?)\s*$")
+_GID = re.compile(r"^\s*GID\[\s*(\d+)\]:\s*(\S+?)(?:,\s*(.+?))?\s*$")
+_PAREN = re.compile(r"^(.*?)\s*\((-?\d+)\)\s*$")
+
+
+@dataclass
+class IbvGid:
+    index: int
+    gid: str
+    type: str | None = None
+
+
+@dataclass
+class IbvPort:
+    port: int
+    state: str | None = None
+    max_mtu: int | None = None
+    active_mtu: int | None = None
+    sm_lid: int | None = None
+    lid: int | None = None
+    lmc: int | None = None
+    link_layer: str | None = None
+    phys_state: str | None = None
+    active_width: str | None = None
+    active_speed: str | None = None
+    gid_tbl_len: int | None = None
+    gids: list[IbvGid] = field(default_factory=list)
+
+
+@dataclass
+class IbvDevice:
+    hca_id: str
+    transport: str | None = None
+    fw_ver: str | None = None
+    node_guid: str | None = None
+    sys_image_guid: str | None = None
+    vendor_id: str | None = None
+    vendor_part_id: int | None = None
+    hw_ver: str | None = None
+    board_id: str | None = None
+    phys_port_cnt: int | None = None
+    ports: list[IbvPort] = field(default_factory=list)
+
+
+@dataclass
+class IbvDevinfo:
+    devices: list[IbvDevice]
+    verbose: bool = False
+
+    def device(self, hca_id: str) -> IbvDevice | None:
+        return next((d for d in self.devices if d.hca_id == hca_id), None)
+
+
+def _strip_code(value: str) -> str:
+    """'PORT_ACTIVE (4)' -> 'PORT_ACTIVE'; 'InfiniBand (0)' -> 'InfiniBand'."""
+    m = _PAREN.match(value)
+    return m.group(1) if m else value
+
+
+def _int(value: str) -> int | None:
+    token = _strip_code(value).split()[0] if value.strip() else ""
+    try:
+        return int(token, 0)
+    except ValueError:
+        return None
+
+
+_DEV_STR = {"transport", "fw_ver", "node_guid", "sys_image_guid", "vendor_id", "hw_ver", "board_id"}
+_DEV_INT = {"vendor_part_id", "phys_port_cnt"}
+
+
+def parse(text: str) -> IbvDevinfo:
+    if not text or not text.strip():
+        raise ParseError(TOOL, EXPECTED, "empty input")
+    if "No IB devices found" in text:
+        raise ParseError(TOOL, EXPECTED, "ibv_devinfo found no RDMA devices ('No IB devices found')")
+    if "Failed to get IB devices list" in text:
+        raise ParseError(TOOL, EXPECTED, "the verbs library found no RDMA stack "
+                         "('Failed to get IB devices list'): driver not loaded or no device")
+    if re.search(r"^\s*\d+ HCAs? found:", text, re.M) and "hca_id" not in text:
+        raise ParseError(TOOL, EXPECTED, "this is `ibv_devinfo -l` (names only)")
+    devices: list[IbvDevice] = []
+    dev: IbvDevice | None = None
+    port: IbvPort | None = None
+    verbose = False
+    for line in clean_lines(text):
+        if not line.strip():
+            continue
+        g = _GID.match(line)
+        if g and port is not None:
+            port.gids.append(IbvGid(int(g.group(1)), g.group(2), g.group(3)))
+            verbose = True
+            continue
+        m = _KV.match(line)
+        if not m:
+            continue
+        key, value = m.group(1).strip(), m.group(2)
+        if key == "hca_id":
+            dev = IbvDevice(hca_id=value)
+            devices.append(dev)
+            port = None
+            continue
+        if dev is None:
+            continue
+        if key == "port":
+            port = IbvPort(port=int(value)) if value.isdigit() else None
+            if port is not None:
+                dev.ports.append(port)
+            continue
+        if port is None:
+            if key in _DEV_STR:
+                setattr(dev, key, _strip_code(value) if key == "transport" else value)
+            elif key in _DEV_INT:
+                setattr(dev, key, _int(value))
+            elif key in ("max_mr_size", "max_qp"):
+                verbose = True
+            continue
+        if key == "state":
+            port.state = _strip_code(value)
+        elif key in ("max_mtu", "active_mtu", "sm_lid", "gid_tbl_len"):
+            setattr(port, key, _int(value))
+        elif key == "port_lid":
+            port.lid = _int(value)
+        elif key == "port_lmc":
+            port.lmc = _int(value)
+        elif key == "link_layer":
+            port.link_layer = value
+        elif key == "phys_state":
+            port.phys_state = _strip_code(value)
+        elif key == "active_width":
+            port.active_width = _strip_code(value)
+        elif key == "active_speed":
+            port.active_speed = _strip_code(value)
+    if not devices:
+        raise ParseError(TOOL, EXPECTED, "no 'hca_id:' line found")
+    for d in devices:
+        if not d.ports:
+            raise ParseError(TOOL, EXPECTED, f"{d.hca_id} has no 'port:' section (truncated output?)")
+        for p in d.ports:
+            if p.state is None:
+                raise ParseError(TOOL, EXPECTED, f"{d.hca_id} port {p.port} has no state (truncated?)")
+    return IbvDevinfo(devices=devices, verbose=verbose)
