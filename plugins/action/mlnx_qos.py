@@ -1,0 +1,88 @@
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""mlnx_qos: read on the host, compare and plan on the controller (fabricops.hostqos.mlnx_qos),
+change only the difference (never in check mode), read back and verify."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from fabricops.errors import FabricopsError
+    from fabricops.hostqos import mlnx_qos as qos
+except ImportError as exc:  # pragma: no cover - only without the Python package
+    qos = None
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+MODULE = "fabricops.fabric.mlnx_qos"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        if qos is None:
+            raise AnsibleActionFail(
+                f"{MODULE} needs the fabricops Python package on the controller: {IMPORT_ERROR}"
+            )
+        args = dict(self._task.args)
+        iface = args.get("interface")
+        if not iface:
+            raise AnsibleActionFail(f"{MODULE}: 'interface' is required")
+        try:
+            want = qos.want_from(args)
+        except FabricopsError as exc:
+            raise AnsibleActionFail(f"{iface}: {exc}") from None
+
+        def call(commands):
+            res = self._execute_module(
+                module_name=MODULE,
+                module_args={"interface": iface, "_commands": commands},
+                task_vars=task_vars,
+            )
+            if res.get("failed"):
+                return res, None
+            try:
+                return res, qos.have_from(qos.parse(res.get("stdout", "")))
+            except FabricopsError as exc:
+                return {"failed": True, "msg": f"{iface}: {exc}", "stdout": res.get("stdout")}, None
+
+        read, have = call([])
+        if have is None:
+            return read
+        groups = qos.plan(want, have)
+        lines = [" ".join(["mlnx_qos", "-i", iface, *g]) for g in groups]
+        result.update(interface=iface, before=qos.to_data(have), commands=lines, changed=bool(groups))
+        if not groups:
+            after, stdout = have, read.get("stdout", "")
+        elif self._task.check_mode:
+            after, stdout = qos.predict(want, have), read.get("stdout", "")
+        else:
+            applied, after = call(groups)
+            if after is None:
+                applied.setdefault("commands", lines)
+                return applied
+            stdout = applied.get("stdout", "")
+            mismatch = qos.verify(want, after)
+            if mismatch:
+                result.update(
+                    failed=True,
+                    after=qos.to_data(after),
+                    stdout=stdout,
+                    msg=f"{iface}: mlnx_qos ran but the NIC does not hold the declared values: "
+                    + "; ".join(mismatch),
+                )
+                return result
+        result.update(after=qos.to_data(after), stdout=stdout)
+        result["diff"] = {
+            "before_header": f"{iface} (mlnx_qos)",
+            "after_header": f"{iface} (mlnx_qos)",
+            "before": qos.render(have, want),
+            "after": qos.render(after, want),
+        }
+        return result

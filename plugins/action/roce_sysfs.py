@@ -1,0 +1,97 @@
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""roce_sysfs: read the knobs on the host, compare on the controller (fabricops.hostqos.knobs),
+write only the difference (never in check mode), read back and verify."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from fabricops.errors import FabricopsError
+    from fabricops.hostqos import knobs as kb
+except ImportError as exc:  # pragma: no cover - only without the Python package
+    kb = None
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+MODULE = "fabricops.fabric.roce_sysfs"
+WANT_KEYS = ("ecn_np", "ecn_rp", "cnp_dscp", "cnp_priority", "traffic_class", "rdma_cm_tos", "roce_mode")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        if kb is None:
+            raise AnsibleActionFail(
+                f"{MODULE} needs the fabricops Python package on the controller: {IMPORT_ERROR}"
+            )
+        args = dict(self._task.args)
+        netdev, device = args.get("netdev"), args.get("device")
+        if not netdev or not device:
+            raise AnsibleActionFail(f"{MODULE}: 'netdev' and 'device' are required")
+        port = int(args.get("port") or 1)
+        try:
+            table = kb.knobs_for(netdev, device, port, {k: args.get(k) for k in WANT_KEYS})
+        except FabricopsError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        spec = kb.read_spec(table)
+        base = {
+            "netdev": netdev,
+            "device": device,
+            "port": port,
+            "_read_files": spec["files"],
+            "_read_commands": spec["commands"],
+        }
+
+        def call(writes):
+            res = self._execute_module(
+                module_name=MODULE, module_args={**base, "_writes": writes}, task_vars=task_vars
+            )
+            if res.get("failed"):
+                return res, None
+            try:
+                values, warnings = kb.values_from(netdev, table, res.get("raw") or {})
+            except FabricopsError as exc:
+                return {"failed": True, "msg": str(exc)}, None
+            res["_values"], res["_warnings"] = values, warnings
+            return res, values
+
+        read, before = call([])
+        if before is None:
+            return read
+        todo = kb.plan(table, before)
+        changes = [f"{k.path}={k.desired}" if k.path else " ".join(k.write_argv or ()) for k in todo]
+        result.update(
+            netdev=netdev, device=device, port=port, before=before, changes=changes, changed=bool(todo)
+        )
+        if read["_warnings"]:
+            result["warnings"] = read["_warnings"]
+        if not todo:
+            after = before
+        elif self._task.check_mode:
+            after = {**before, **{k.name: k.desired for k in todo}}
+        else:
+            applied, after = call([k.write() for k in todo])
+            if after is None:
+                applied.setdefault("changes", changes)
+                return applied
+            mismatch = kb.verify(netdev, table, after)
+            if mismatch:
+                result.update(
+                    failed=True, after=after, msg="RoCE knobs written but not holding: " + "; ".join(mismatch)
+                )
+                return result
+        result["after"] = after
+        result["diff"] = {
+            "before_header": f"{netdev} ({device} port {port}) RoCE knobs",
+            "after_header": f"{netdev} ({device} port {port}) RoCE knobs",
+            "before": kb.render(table, before),
+            "after": kb.render(table, after),
+        }
+        return result

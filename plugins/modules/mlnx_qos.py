@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run mlnx_qos on the host (the action plugin of the same name holds the logic)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: mlnx_qos
+short_description: Declare trust, PFC, DSCP-to-priority entries and cable length of a ConnectX netdev
+description:
+  - Reads C(mlnx_qos -i INTERFACE), compares it with the declared values on the controller
+    (C(fabricops.hostqos.mlnx_qos)) and runs only the C(mlnx_qos) arguments that differ, then reads
+    again and fails if the NIC does not hold the declared values.
+  - Only declared options are managed; an option left out is not touched. C(dscp2prio) holds the
+    listed entries and leaves the other DSCP values as they are.
+  - In check mode nothing is run but the read; C(commands) and the diff say what would change.
+  - mlnx_qos settings live in the NIC and are lost on reboot or driver restart (openibd); the
+    C(fabricops.fabric.roce_host) role installs a boot-time unit that re-applies them.
+version_added: 0.1.0
+author: fabricops contributors
+requirements:
+  - C(mlnx_qos) on the host (MLNX_OFED or the mlnx-tools package).
+  - The C(fabricops) Python package on the controller.
+options:
+  interface:
+    description: The netdev (for example C(enp170s0f0np0)).
+    type: str
+    required: true
+  trust:
+    description: Priority trust state; C(dscp) for RoCE v2 without VLANs.
+    type: str
+    choices: [dscp, pcp]
+  pfc:
+    description: PFC enable per priority, 8 values of 0 or 1 (C([0,0,0,1,0,0,0,0])).
+    type: list
+    elements: int
+  dscp2prio:
+    description: DSCP to priority entries to hold (C({26: 3, 48: 6})); other DSCP values are untouched.
+    type: dict
+  cable_len:
+    description: Cable length in metres (sizes the PFC headroom buffer).
+    type: int
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+notes:
+  - The action plugin calls this module with the internal option C(_commands) (argument groups it
+    computed); do not set it yourself.
+"""
+
+EXAMPLES = r"""
+- name: Trust DSCP, PFC on priority 3, DSCP 26 on priority 3, CNP DSCP 48 on priority 6
+  fabricops.fabric.mlnx_qos:
+    interface: enp170s0f0np0
+    trust: dscp
+    pfc: [0, 0, 0, 1, 0, 0, 0, 0]
+    dscp2prio: {26: 3, 48: 6}
+"""
+
+RETURN = r"""
+before:
+  description: The managed values before (trust, pfc, dscp2prio as read, cable_len).
+  returned: always
+  type: dict
+after:
+  description: The managed values after (read back; predicted in check mode).
+  returned: always
+  type: dict
+commands:
+  description: The mlnx_qos command lines run (or, in check mode, that would run).
+  returned: always
+  type: list
+  elements: str
+  sample: ["mlnx_qos -i enp170s0f0np0 --trust dscp --pfc 0,0,0,1,0,0,0,0"]
+stdout:
+  description: The last C(mlnx_qos -i INTERFACE) output.
+  returned: always
+  type: str
+"""
+
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+ALLOWED = ("--trust", "--pfc", "--dscp2prio", "--cable_len")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "interface": {"type": "str", "required": True},
+            "trust": {"type": "str", "choices": ["dscp", "pcp"]},
+            "pfc": {"type": "list", "elements": "int"},
+            "dscp2prio": {"type": "dict"},
+            "cable_len": {"type": "int"},
+            "_commands": {"type": "list", "elements": "list", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    exe = shutil.which("mlnx_qos") or module.get_bin_path("mlnx_qos", opt_dirs=["/usr/sbin", "/sbin"])
+    if not exe:
+        module.fail_json(
+            msg="mlnx_qos is not installed on this host: install MLNX_OFED "
+            "(role fabricops.fabric.mlnx_ofed) or the mlnx-tools package first"
+        )
+    iface = module.params["interface"]
+    ran = []
+    groups = module.params["_commands"]
+    if groups and module.check_mode:
+        module.fail_json(msg="mlnx_qos: refusing to change anything in check mode")
+    for group in groups:
+        group = [str(a) for a in group]
+        if not group or any(a.startswith("-") and a not in ALLOWED for a in group):
+            module.fail_json(msg=f"mlnx_qos: unexpected arguments {group}")
+        argv = [exe, "-i", iface, *group]
+        rc, out, err = module.run_command(argv)
+        ran.append(" ".join(["mlnx_qos", "-i", iface, *group]))
+        if rc != 0:
+            detail = (out or err or "").strip().splitlines()
+            module.fail_json(
+                msg=f"{iface}: '{ran[-1]}' failed (rc {rc}): {detail[-1] if detail else 'no output'}",
+                rc=rc,
+                stdout=out,
+                stderr=err,
+                commands=ran,
+            )
+    rc, out, err = module.run_command([exe, "-i", iface])
+    if rc != 0:
+        detail = (out or err or "").strip().splitlines()
+        module.fail_json(
+            msg=f"{iface}: 'mlnx_qos -i {iface}' failed (rc {rc}): {detail[-1] if detail else 'no output'}",
+            rc=rc,
+            stdout=out,
+            stderr=err,
+            commands=ran,
+        )
+    module.exit_json(changed=bool(ran), stdout=out, stderr=err, commands=ran)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+#!/usr/bin/python
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read and write RoCE sysfs / rdma_cm knobs on the host (the action plugin holds the logic)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: roce_sysfs
+short_description: Declare the RoCE knobs of an HCA port that mlnx_qos does not hold
+description:
+  - Per port, DCQCN notification and reaction points per priority
+    (C(/sys/class/net/NETDEV/ecn/roce_np/enable/PRIO), C(.../roce_rp/enable/PRIO)), the CNP DSCP and
+    priority (C(.../ecn/roce_np/cnp_dscp), C(cnp_802p_prio), where the driver has them), the RoCE
+    traffic class (C(/sys/class/infiniband/DEVICE/tc/PORT/traffic_class)) and the rdma_cm defaults
+    (C(cma_roce_tos), C(cma_roce_mode)).
+  - Reads every declared knob, compares on the controller (C(fabricops.hostqos.knobs)), writes only
+    the ones that differ, reads back and fails naming the netdev and knob that did not take.
+  - In check mode only the reads run; the diff and C(changes) say what would change.
+  - This is RoCE's ECN. C(net.ipv4.tcp_ecn) is TCP's and does nothing for RoCE.
+version_added: 0.1.0
+author: fabricops contributors
+requirements:
+  - MLNX_OFED's mlx5 driver (the C(ecn) and C(tc) sysfs directories) and C(cma_roce_tos) / C(cma_roce_mode).
+  - The C(fabricops) Python package on the controller.
+options:
+  netdev:
+    description: The port's netdev.
+    type: str
+    required: true
+  device:
+    description: The RDMA device of the port (C(mlx5_2)).
+    type: str
+    required: true
+  port:
+    description: The HCA port number.
+    type: int
+    default: 1
+  ecn_np:
+    description: DCQCN notification point per priority, 8 values C(true), C(false) or C(null) (not managed).
+    type: list
+    elements: raw
+  ecn_rp:
+    description: DCQCN reaction point per priority, as O(ecn_np).
+    type: list
+    elements: raw
+  cnp_dscp:
+    description: DSCP of the CNPs this port sends (skipped with a warning where the driver lacks the knob).
+    type: int
+  cnp_priority:
+    description: Priority of the CNPs this port sends (same caveat).
+    type: int
+  traffic_class:
+    description: RoCE traffic class (IP ToS = DSCP << 2 | 2 (ECT), so 106 for DSCP 26).
+    type: int
+  rdma_cm_tos:
+    description: rdma_cm default ToS for RoCE connections (C(cma_roce_tos)).
+    type: int
+  roce_mode:
+    description: rdma_cm default RoCE mode, 1 or 2 (C(cma_roce_mode)).
+    type: int
+    choices: [1, 2]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+notes:
+  - The action plugin calls this module with internal options (C(_read_files), C(_read_commands),
+    C(_writes)); do not set them yourself.
+"""
+
+EXAMPLES = r"""
+- name: DCQCN on priority 3, ToS 106, RoCE v2
+  fabricops.fabric.roce_sysfs:
+    netdev: enp170s0f0np0
+    device: mlx5_2
+    port: 1
+    ecn_np: [null, null, null, true, null, null, null, null]
+    ecn_rp: [null, null, null, true, null, null, null, null]
+    traffic_class: 106
+    rdma_cm_tos: 106
+    roce_mode: 2
+"""
+
+RETURN = r"""
+before:
+  description: Knob name to value before (C(unset) values are null).
+  returned: always
+  type: dict
+after:
+  description: Knob name to value after (read back; predicted in check mode).
+  returned: always
+  type: dict
+changes:
+  description: The writes done (or, in check mode, that would be done), as C(path=value) or a command line.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+PREFIXES = ("/sys/class/net/", "/sys/class/infiniband/", "/sys/kernel/config/rdma_cm/")
+TOOLS = ("cma_roce_tos", "cma_roce_mode")
+
+
+def read_file(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def safe_path(module, path):
+    real = os.path.normpath(path)
+    if not real.startswith(PREFIXES) or ".." in path.split("/"):
+        module.fail_json(msg=f"roce_sysfs: refusing path outside the RoCE sysfs knobs: {path}")
+    return real
+
+
+def run_tool(module, argv):
+    argv = [str(a) for a in argv]
+    if not argv or argv[0] not in TOOLS:
+        module.fail_json(msg=f"roce_sysfs: unexpected command {argv}")
+    exe = module.get_bin_path(argv[0], opt_dirs=["/usr/sbin", "/sbin"])
+    if not exe:
+        module.fail_json(
+            msg=f"{argv[0]} is not installed on this host: install MLNX_OFED "
+            "(role fabricops.fabric.mlnx_ofed) or the mlnx-tools package first"
+        )
+    rc, out, err = module.run_command([exe, *argv[1:]])
+    return {"argv": argv, "rc": rc, "stdout": out, "stderr": err}
+
+
+def read_all(module):
+    files = {p: read_file(safe_path(module, p)) for p in module.params["_read_files"]}
+    commands = [run_tool(module, argv) for argv in module.params["_read_commands"]]
+    return {"files": files, "commands": commands}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "netdev": {"type": "str", "required": True},
+            "device": {"type": "str", "required": True},
+            "port": {"type": "int", "default": 1},
+            "ecn_np": {"type": "list", "elements": "raw"},
+            "ecn_rp": {"type": "list", "elements": "raw"},
+            "cnp_dscp": {"type": "int"},
+            "cnp_priority": {"type": "int"},
+            "traffic_class": {"type": "int"},
+            "rdma_cm_tos": {"type": "int"},
+            "roce_mode": {"type": "int", "choices": [1, 2]},
+            "_read_files": {"type": "list", "elements": "str", "default": []},
+            "_read_commands": {"type": "list", "elements": "list", "default": []},
+            "_writes": {"type": "list", "elements": "dict", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    writes = module.params["_writes"]
+    if writes and module.check_mode:
+        module.fail_json(msg="roce_sysfs: refusing to change anything in check mode")
+    done = []
+    for w in writes:
+        if w.get("path"):
+            path = safe_path(module, w["path"])
+            try:
+                with open(path, "w") as fh:
+                    fh.write(f"{w['value']}\n")
+            except OSError as exc:
+                module.fail_json(
+                    msg=f"{module.params['netdev']}: writing {w['value']} to {path} failed: {exc}",
+                    changes=done,
+                )
+            done.append(f"{path}={w['value']}")
+        else:
+            res = run_tool(module, w.get("argv") or [])
+            done.append(" ".join(res["argv"]))
+            if res["rc"] != 0:
+                detail = (res["stdout"] or res["stderr"] or "").strip().splitlines()
+                module.fail_json(
+                    msg=f"{module.params['netdev']}: '{done[-1]}' failed (rc {res['rc']}): "
+                    f"{detail[-1] if detail else 'no output'}",
+                    changes=done,
+                )
+    module.exit_json(changed=bool(done), changes=done, raw=read_all(module))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The roce_host role's boot-time pieces: the rendered apply/verify script, its config and the unit.
+
+The script runs against the emulated host (the lab's emulated mlnx_qos, cma_roce_* and sysfs knobs):
+apply converges, verify passes; an openibd restart loses the state, verify says so, apply restores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import jinja2
+import pytest
+from unit.hostqos.emulated import DEVICE, NETDEV, hardware, host  # noqa: F401  (fixture)
+
+from fabricops.hostqos import mlnx_qos as q
+from fabricops.hostqos.plan import host_plan
+
+ROLE = Path(__file__).resolve().parents[3] / "roles" / "roce_host"
+MANAGED = "Ansible managed: do not edit"
+ROCE = {"lossless_priority": 3, "dscp": 26, "cable_length_m": 7}
+
+
+def render(name: str, **extra) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ROLE / "templates")),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["to_nice_json"] = lambda v, indent=4, sort_keys=True: json.dumps(
+        v, indent=indent, sort_keys=sort_keys
+    )
+    hcas = [{"name": h["name"], "ports": h["ports"]} for h in hardware()["hcas"]]
+    ctx = {
+        "ansible_managed": MANAGED,
+        "roce_host_config_path": "/etc/fabricops/roce-qos.json",
+        "roce_host_script_path": "/usr/local/sbin/fabricops-roce-qos",
+        "roce_host_boot_wait_s": 0,
+        "roce_host_unit_name": "fabricops-roce-qos.service",
+        "__roce_host_has_openibd": True,
+        "__roce_host_plan": host_plan(ROCE, hcas),
+        **extra,
+    }
+    return env.get_template(name).render(**ctx)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "fabricops_roce_qos.py"
+    path.write_text(render("fabricops-roce-qos.j2"))
+    spec = importlib.util.spec_from_file_location("fabricops_roce_qos", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    config = tmp_path / "roce-qos.json"
+    config.write_text(render("roce-qos.json.j2"))
+    return lambda action, system: mod.main([action], system=system, config=str(config), wait_s=0)
+
+
+def qos(host):  # noqa: F811
+    return q.have_from(q.parse(host.run(["mlnx_qos", "-i", NETDEV])[1]))
+
+
+def test_templates_have_header_and_no_timestamp():
+    for name in ("fabricops-roce-qos.j2", "roce-qos.json.j2", "fabricops-roce-qos.service.j2"):
+        text = render(name)
+        assert MANAGED in text.splitlines()[1 if text.startswith("#!") else 0]
+        assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}", text), name
+        assert render(name) == text  # deterministic
+
+
+def test_config_is_the_plan():
+    text = render("roce-qos.json.j2")
+    doc = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    (port,) = doc["ports"]
+    assert (port["netdev"], port["device"], port["port"]) == (NETDEV, DEVICE, 1)
+    assert port["mlnx_qos"]["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert port["sysfs"]["traffic_class"] == 106
+
+
+def test_unit_orders_after_openibd_and_before_network():
+    unit = render("fabricops-roce-qos.service.j2")
+    assert "Type=oneshot" in unit and "RemainAfterExit=yes" in unit
+    assert re.search(r"^After=.*openibd\.service", unit, re.M)
+    assert "PartOf=openibd.service" in unit and "Before=network-pre.target" in unit
+    assert re.search(r"^WantedBy=multi-user\.target openibd\.service$", unit, re.M)
+    assert "ExecStart=/usr/local/sbin/fabricops-roce-qos apply" in unit
+    bare = render("fabricops-roce-qos.service.j2", __roce_host_has_openibd=False)
+    assert "openibd" not in bare and re.search(r"^WantedBy=multi-user\.target$", bare, re.M)
+
+
+def test_apply_then_verify_on_a_fresh_host(script, host, capsys):  # noqa: F811
+    assert script("verify", host) == 1
+    out = capsys.readouterr().out
+    assert f"{NETDEV}: trust is pcp, want dscp" in out and f"{NETDEV}: traffic_class is '', want 106" in out
+    assert script("apply", host) == 0
+    have = qos(host)
+    assert have.trust == "dscp" and have.pfc == (0, 0, 0, 1, 0, 0, 0, 0) and have.cable_len == 7
+    assert have.dscp2prio[26] == 3 and have.dscp2prio[48] == 6
+    assert host.read(f"/sys/class/infiniband/{DEVICE}/tc/1/traffic_class") == "106"
+    assert host.run(["cma_roce_tos", "-d", DEVICE, "-p", "1"])[1].strip() == "106"
+    assert [
+        "mlnx_qos",
+        "-i",
+        NETDEV,
+        "--trust",
+        "dscp",
+        "--pfc",
+        "0,0,0,1,0,0,0,0",
+        "--cable_len",
+        "7",
+    ] in host.ran
+    assert script("verify", host) == 0
+
+
+def test_openibd_restart_loses_state_and_apply_restores_it(script, host, capsys):  # noqa: F811
+    assert script("apply", host) == 0
+    host.openibd_restart()
+    assert qos(host).trust == "pcp"  # what the driver restart does to mlnx_qos state
+    assert script("verify", host) == 1
+    assert (
+        f"{NETDEV}: pfc is [0, 0, 0, 0, 0, 0, 0, 0], want [0, 0, 0, 1, 0, 0, 0, 0]" in capsys.readouterr().out
+    )
+    assert script("apply", host) == 0
+    assert qos(host).pfc == (0, 0, 0, 1, 0, 0, 0, 0)
+
+
+def test_drift_in_a_sysfs_knob_is_reported(script, host, capsys):  # noqa: F811
+    assert script("apply", host) == 0
+    host.write(f"/sys/class/net/{NETDEV}/ecn/roce_np/enable/3", "0")
+    capsys.readouterr()
+    assert script("verify", host) == 1
+    assert capsys.readouterr().out.strip() == f"{NETDEV}: ecn_np[3] is '0', want 1"
+
+
+def test_unreadable_config_exits_2(tmp_path, script, host):  # noqa: F811
+    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["apply"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2
+    assert mod.main(["bogus"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2

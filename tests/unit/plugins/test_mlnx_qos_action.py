@@ -1,0 +1,149 @@
+"""The fabricops.fabric.mlnx_qos and roce_sysfs action plugins against the emulated host.
+
+The module call (``_execute_module``) is replaced by what the module does on a host, run against
+the lab's emulated mlnx_qos / cma_roce_* and sysfs: converge, same-value run changes nothing, check
+mode reports and changes nothing, drift is found.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from unit.hostqos.emulated import DEVICE, NETDEV, host  # noqa: F401  (fixture)
+
+PLUGINS = Path(__file__).resolve().parents[3] / "plugins" / "action"
+LOSSLESS = {
+    "interface": NETDEV,
+    "trust": "dscp",
+    "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
+    "dscp2prio": {"26": 3, "48": 6},
+}
+ON3 = [None, None, None, True, None, None, None, None]
+KNOBS = {
+    "netdev": NETDEV,
+    "device": DEVICE,
+    "port": 1,
+    "ecn_np": ON3,
+    "ecn_rp": ON3,
+    "traffic_class": 106,
+    "rdma_cm_tos": 106,
+    "roce_mode": 2,
+}
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"action_{name}", PLUGINS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ActionModule
+
+
+def fake_module(host, calls):  # noqa: F811
+    """The host side of mlnx_qos / roce_sysfs, on the emulated host."""
+
+    def run(module_name, module_args, task_vars=None, **_):
+        calls.append((module_name, module_args))
+        if module_name.endswith("mlnx_qos"):
+            iface = module_args["interface"]
+            for group in module_args["_commands"]:
+                rc, out = host.run(["mlnx_qos", "-i", iface, *group])
+                if rc:
+                    return {"failed": True, "msg": out}
+            rc, out = host.run(["mlnx_qos", "-i", iface])
+            return (
+                {"failed": True, "msg": out}
+                if rc
+                else {"stdout": out, "changed": bool(module_args["_commands"])}
+            )
+        for w in module_args["_writes"]:
+            if "path" in w:
+                host.write(w["path"], w["value"])
+            else:
+                host.run(w["argv"])
+        files = {p: host.read(p) for p in module_args["_read_files"]}
+        cmds = []
+        for argv in module_args["_read_commands"]:
+            rc, out = host.run(argv)
+            cmds.append({"argv": argv, "rc": rc, "stdout": out, "stderr": ""})
+        return {"raw": {"files": files, "commands": cmds}}
+
+    return run
+
+
+def run_action(name, host, args, check_mode=False):  # noqa: F811
+    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=True)
+    action = load(name)(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    calls = []
+    with mock.patch.object(action, "_execute_module", side_effect=fake_module(host, calls)):
+        result = action.run(task_vars={})
+    return result, calls
+
+
+def test_mlnx_qos_converge_then_no_change(host):  # noqa: F811
+    first, calls = run_action("mlnx_qos", host, LOSSLESS)
+    assert first["changed"] is True and not first.get("failed")
+    assert first["commands"] == [
+        f"mlnx_qos -i {NETDEV} --trust dscp --pfc 0,0,0,1,0,0,0,0",
+        f"mlnx_qos -i {NETDEV} --dscp2prio set,26,3",
+        f"mlnx_qos -i {NETDEV} --dscp2prio set,48,6",
+    ]
+    assert first["before"]["trust"] == "pcp" and first["after"]["trust"] == "dscp"
+    assert first["after"]["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert "trust: pcp" in first["diff"]["before"] and "trust: dscp" in first["diff"]["after"]
+    assert len(calls) == 2  # read, then apply + read back
+    second, calls = run_action("mlnx_qos", host, LOSSLESS)
+    assert second["changed"] is False and second["commands"] == [] and len(calls) == 1
+    assert second["diff"]["before"] == second["diff"]["after"]
+
+
+def test_mlnx_qos_check_mode_reports_without_changing(host):  # noqa: F811
+    result, calls = run_action("mlnx_qos", host, LOSSLESS, check_mode=True)
+    assert result["changed"] is True and len(result["commands"]) == 3
+    assert result["after"]["trust"] == "dscp"  # predicted
+    assert all(not args["_commands"] for _, args in calls)
+    assert ["mlnx_qos", "-i", NETDEV, "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"] not in host.ran
+    result, _ = run_action("mlnx_qos", host, LOSSLESS)  # still to do: check mode changed nothing
+    assert result["changed"] is True
+
+
+def test_mlnx_qos_drift_after_converge(host):  # noqa: F811
+    run_action("mlnx_qos", host, LOSSLESS)
+    host.run(["mlnx_qos", "-i", NETDEV, "--trust", "pcp"])
+    result, _ = run_action("mlnx_qos", host, LOSSLESS, check_mode=True)
+    assert result["changed"] is True
+    assert result["commands"][0] == f"mlnx_qos -i {NETDEV} --trust dscp"
+
+
+def test_mlnx_qos_bad_input_fails_before_reading(host):  # noqa: F811
+    from ansible.errors import AnsibleActionFail
+
+    with pytest.raises(AnsibleActionFail, match=f"{NETDEV}: pfc must be 8 values"):
+        run_action("mlnx_qos", host, {**LOSSLESS, "pfc": [0, 0, 0, 0, 0, 0, 0, 0, 1]})
+
+
+def test_mlnx_qos_unsupported_netdev_is_a_clear_failure(host):  # noqa: F811
+    result, _ = run_action("mlnx_qos", host, {**LOSSLESS, "interface": "eth9"})
+    assert result["failed"] is True and "not supported on your system" in result["msg"]
+
+
+def test_roce_sysfs_converge_then_no_change(host):  # noqa: F811
+    first, _ = run_action("roce_sysfs", host, KNOBS)
+    assert first["changed"] is True
+    assert first["changes"] == [
+        f"/sys/class/infiniband/{DEVICE}/tc/1/traffic_class=106",
+        f"cma_roce_tos -d {DEVICE} -p 1 -t 106",
+    ]
+    assert first["before"]["traffic_class"] is None and first["after"]["traffic_class"] == "106"
+    assert "traffic_class: unset" in first["diff"]["before"]
+    second, _ = run_action("roce_sysfs", host, KNOBS)
+    assert second["changed"] is False and second["changes"] == []
+
+
+def test_roce_sysfs_check_mode(host):  # noqa: F811
+    result, calls = run_action("roce_sysfs", host, KNOBS, check_mode=True)
+    assert result["changed"] is True and len(result["changes"]) == 2
+    assert all(not args["_writes"] for _, args in calls)
+    assert host.read(f"/sys/class/infiniband/{DEVICE}/tc/1/traffic_class") == ""
