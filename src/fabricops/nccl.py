@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabricops.errors import FabricopsError
+from fabricops.model import roce as roce_model
 
 PROFILES: dict[str, dict[str, Any]] = {
     "ib": {"link_layer": "InfiniBand", "ports_fact": "ib_ports_up", "env": {"NCCL_IB_DISABLE": "0"}},
@@ -48,25 +49,15 @@ def _natural(key: str) -> list[Any]:
 
 
 def roce_tos(roce: Mapping[str, Any]) -> int:
-    """ToS byte of the lossless RoCE class: DSCP in the upper six bits, ECN field ECT(0) (DSCP 26 -> 106).
+    """ToS byte of the lossless RoCE class, from the one fabric-wide definition (DSCP 26 -> 106).
 
-    106 is the value NVIDIA documents for ``NCCL_IB_TC`` / ``traffic_class`` with DSCP 26:
-    26 << 2 = 104, plus 0b10 in the two ECN bits so the packets are ECN-capable and DCQCN can mark
-    them. An explicit ``tos`` in the definition is used as given when its upper six bits are the
-    definition's ``dscp``, and refused otherwise.
+    fabricops.model.roce derives it (DSCP in the upper six bits, ECN field ECT(0)), so NCCL_IB_TC
+    cannot disagree with what roce_host writes to the traffic class.
     """
-    dscp = roce.get("dscp")
-    if isinstance(dscp, bool) or not isinstance(dscp, int) or not 0 <= dscp <= 63:
-        raise NcclProfileError(f"fabricops_roce.dscp must be an integer 0-63, got {dscp!r}")
-    given = roce.get("tos")
-    if given is None:
-        return (dscp << 2) | ECT0
-    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given <= 255 or given >> 2 != dscp:
-        raise NcclProfileError(
-            f"fabricops_roce.tos {given!r} does not carry dscp {dscp} (ToS = DSCP << 2 | ECN bits, "
-            f"e.g. {(dscp << 2) | ECT0}): fix one"
-        )
-    return given
+    try:
+        return roce_model.validate(roce).tos
+    except roce_model.RoceConfigError as exc:
+        raise NcclProfileError(str(exc)) from None
 
 
 def _value(name: str, value: Any) -> str:

@@ -9,7 +9,7 @@ import pytest
 from fabricops.facts import build_facts
 from fabricops.nccl import NcclProfileError, nccl_env, nccl_errors, roce_tos, socket_ifname_default
 
-ROCE = {"lossless_priority": 3, "dscp": 26, "tos": 106}
+ROCE = {"lossless_priority": 3, "dscp": 26}
 
 
 def _port(state, link_layer, gids=()):
@@ -112,17 +112,14 @@ def test_roce_needs_the_fabric_roce_definition(facts):
         nccl_env("roce", facts, roce=None)
 
 
-def test_tos_is_dscp_shifted_and_checked():
+def test_tos_comes_from_the_fabric_definition():
     assert roce_tos({"dscp": 26}) == 106  # 26 << 2 = 104, plus ECT(0)
-    assert roce_tos({"dscp": 24}) == 98
-    assert roce_tos({"dscp": 26, "tos": 106}) == 106
-    assert roce_tos({"dscp": 26, "tos": 104}) == 104  # explicit, same DSCP, ECN bits left to the NIC
-    with pytest.raises(NcclProfileError, match="tos 96 does not carry dscp 26"):
-        roce_tos({"dscp": 26, "tos": 96})
-    with pytest.raises(NcclProfileError, match="integer 0-63"):
+    assert roce_tos({"dscp": 24, "cnp_dscp": 48}) == 98
+    assert roce_tos({}) == 106  # NVIDIA's lossless default, DSCP 26
+    with pytest.raises(NcclProfileError, match="dscp"):
         roce_tos({"dscp": 64})
-    with pytest.raises(NcclProfileError, match="integer 0-63"):
-        roce_tos({})
+    with pytest.raises(NcclProfileError, match="unknown key"):
+        roce_tos({"dscp": 26, "tos": 96})
 
 
 def test_socket_profile_disables_ib_and_needs_an_interface(facts):

@@ -21,17 +21,16 @@ HEADER = (
     "# Do not edit: change the topology file and run `fabricops lab up` again.\n"
 )
 
-# The fabric-wide RoCE lossless definition (REFERENCE.md "RoCE lossless, the real knobs").
+# The fabric-wide RoCE lossless definition (REFERENCE.md "RoCE lossless, the real knobs"), in the
+# schema of fabricops.model.roce: only what is chosen; ToS, PFC vector and maps are derived from it.
 ROCE = {
     "lossless_priority": 3,
     "dscp": 26,
-    "tos": 106,
     "cnp_dscp": 48,
     "cnp_priority": 6,
     "trust": "dscp",
-    "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
-    "ecn": {"min_kb": 150, "max_kb": 1500},
-    "roce_mode": "RoCE v2",
+    "ecn": {"min_kb": 150, "max_kb": 1500, "probability": 100},
+    "roce_mode": 2,
 }
 
 SWITCH_USERS = {"onyx": "admin", "cumulus": "cumulus"}
