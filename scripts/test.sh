@@ -14,5 +14,11 @@ echo "== yamllint"
 yamllint -s .
 echo "== ansible-lint"
 ansible-lint --offline -q
+if [[ ${CI:-} == true ]]; then
+  # CI proves the whole thing: the emulated rack must come up (a skip would hide a broken lab),
+  # starting from a clean machine even if an earlier run left a lab behind.
+  export FABRICOPS_REQUIRE_LAB=1
+  fabricops lab down >/dev/null 2>&1 || true
+fi
 echo "== pytest"
 python -m pytest -p no:cacheprovider "$@"

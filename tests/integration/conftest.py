@@ -188,6 +188,8 @@ def lab():
     """The default lab, up (dict from lab.json)."""
     problem = _lab_problem()
     if problem:
+        if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
+            pytest.fail(f"lab not available: {problem}")
         pytest.skip(f"lab not available: {problem}")
     from fabricops.lab import paths, rack, topology
 
