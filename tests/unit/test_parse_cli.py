@@ -75,7 +75,7 @@ def test_parse_refuses_other_tools_output(tool, tmp_path, capsys):
         assert "Traceback" not in err
 
 
-# An empty `nv config diff` is the real output for "nothing pending" (docs/parsers/switches.md).
+# An empty `nv config diff` is the real output for "nothing pending" (docs/parsers.md).
 EMPTY_IS_OUTPUT = {"nvue-config-diff"}
 
 

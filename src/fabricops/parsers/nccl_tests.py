@@ -6,7 +6,7 @@ lines, a ``# nccl-tests version`` line and ``# Collective test starting/conclude
 are not table rows (``NCCL INFO`` debug output, warnings) may appear inside the table and are kept in
 ``notes``. ``mpirun --tag-output`` prefixes (``[1,0]<stdout>:``) are removed. The ``-J`` JSON
 (``version``, ``config``, ``results``, ``average_bus_bandwidth``) is recognised when the text is a
-JSON object. Schema: docs/parsers/nccl-tests.md.
+JSON object. Schema: docs/parsers.md.
 """
 
 from __future__ import annotations

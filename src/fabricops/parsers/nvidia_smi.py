@@ -1,6 +1,6 @@
 """Parsers for ``nvidia-smi`` outputs: ``topo -m``, ``nvlink --status``, ``--query-gpu`` CSV and ``-q``.
 
-Record schemas are documented in docs/parsers/nvidia-smi.md. Every parser raises
+Record schemas are documented in docs/parsers.md. Every parser raises
 :class:`fabricops.errors.ParseError` on empty input, on another tool's output and on output whose
 essential part is missing.
 """

@@ -1,6 +1,6 @@
 """Cumulus Linux NVUE: ``nv show qos roce`` (text or ``-o json``) and ``nv config diff``.
 
-Schemas are documented in docs/parsers/switches.md.
+Schemas are documented in docs/parsers.md.
 """
 
 from __future__ import annotations

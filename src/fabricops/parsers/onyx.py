@@ -2,7 +2,7 @@
 
 Each parser reads both the plain text and the ``| json-print`` form where Onyx offers one
 (json-print is a list or dict of ``{"key": "value"}`` blocks, as the Onyx JSON API returns it).
-Schemas are documented in docs/parsers/switches.md.
+Schemas are documented in docs/parsers.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ separated by tabs or spaces), the ``local address:`` / ``remote address:`` lines
 optionally followed by a ``GID:`` line) and the result table. Tolerated: "Conflicting CPU frequency"
 warnings inside the table, ``WARNING: BW peak won't be measured in this run.``, driver warnings
 between dashed lines, headers that differ between perftest versions, rst/markdown indentation,
-tabs, CRLF. Schemas: docs/parsers/perftest.md.
+tabs, CRLF. Schemas: docs/parsers.md.
 """
 
 from __future__ import annotations

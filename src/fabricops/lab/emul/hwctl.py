@@ -61,7 +61,7 @@ HW_COUNTERS = [
 # fault key in hardware.json -> counter it adds to
 FAULT_COUNTERS = {"link_flaps": "link_downed", "symbol_errors": "symbol_error"}
 
-# mlx5 defaults (see docs/parsers/rdma.md): DCQCN enabled on every priority, CNP DSCP 48 / prio 6
+# mlx5 defaults (see docs/parsers.md): DCQCN enabled on every priority, CNP DSCP 48 / prio 6
 ECN_DEFAULT = "1"
 KNOB_DEFAULTS = {"ecn/roce_np/cnp_dscp": "48", "ecn/roce_np/cnp_802p_prio": "6"}
 ROCE_MODE_DEFAULT = "RoCE v2"

@@ -1,6 +1,6 @@
 """Emulated ``nvidia-smi`` (stdlib only): renders what the real tool prints from hardware.json.
 
-Supported forms (docs/parsers/nvidia-smi.md): ``nvidia-smi``, ``-L``, ``-q [-i ID]``,
+Supported forms (docs/parsers.md): ``nvidia-smi``, ``-L``, ``-q [-i ID]``,
 ``topo -m`` / ``topo --matrix``, ``nvlink --status|-s [-i ID]``,
 ``--query-gpu=FIELDS --format=csv[,noheader][,nounits] [-i ID]``.
 

@@ -5,7 +5,7 @@ Stdlib only. Without a server address the tool is the server: it listens on TCP 
 sides exchange their facts over that real TCP connection (host, device, port state, rate, link
 layer, RoCE QoS); the client computes the result from both sides' facts plus the cabling and the
 switch port state in the shared fabric directory, sends it to the server, and each side bumps its
-own port counters. See docs/parsers/perftest.md ("Emulated perftest physics").
+own port counters. See docs/parsers.md ("Emulated perftest physics").
 """
 
 from __future__ import annotations

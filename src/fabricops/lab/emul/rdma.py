@@ -2,7 +2,7 @@
 
 Each function takes argv (without the program name) and returns the exit status. They read only
 devstate (hardware.json, the emulated sysfs, the volatile QoS state) and print what the real tools
-print; formats are documented, with their sources, in docs/parsers/rdma.md.
+print; formats are documented, with their sources, in docs/parsers.md.
 """
 
 from __future__ import annotations
