@@ -1,0 +1,356 @@
+"""Write a plan as an inventory skeleton and a lab topology for a scaled-down slice (docs/plan.md).
+
+``inventory(plan)`` returns the files of ``DIR``: ``hosts.yml`` (groups ``gpu_hosts`` and
+``switches`` / ``ib_switches``), ``group_vars/all.yml`` (``fabricops_hardware_profile``,
+``fabricops_roce`` when the fabric is RoCE, ``fabricops_cabling`` host-to-leaf cables and
+``fabricops_switch_links`` between tiers) and ``lab-topology.yml``: 2-4 hosts of the plan's shape,
+cabled to the plan's first leaf of every rail, which ``fabricops.lab.topology.load`` accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fabricops.lab import topology as lab_topology
+from fabricops.model import roce as roce_model
+from fabricops.plan.recommend import Plan
+
+__all__ = [
+    "HEADER",
+    "cabling",
+    "host_names",
+    "inventory",
+    "lab_slice",
+    "netdevs",
+    "write",
+]
+
+HEADER = (
+    "# Written by `fabricops plan --write-inventory`: a skeleton. Fill in ansible_host (and the\n"
+    "# switches' credentials as lookups, never as text) before running the playbooks.\n"
+)
+#: PCI buses (decimal, as in predictable netdev names) for the rails' NICs: the lab derives the PCI
+#: address and NUMA node from the name (ibp26s0 -> bus 0x1a, NUMA 0; buses >= 0x80 on NUMA 1).
+RAIL_BUSES = (26, 60, 77, 94, 156, 188, 204, 220, 27, 61, 78, 95, 157, 189, 205, 221)
+LAB_MAX_SLICE_HOSTS = 4
+LAB_MAX_ROCE_RAILS = 4
+LIST_KEYS = ("fabricops_cabling", "fabricops_switch_links")
+PORT_FORMAT = {"ib": "{n}", "onyx": "Eth1/{n}", "cumulus": "swp{n}"}
+#: The fabric-wide RoCE lossless class (REFERENCE.md; model/roce.py DEFAULTS), checked by roce.validate.
+ROCE = {
+    "lossless_priority": 3,
+    "dscp": 26,
+    "cnp_dscp": 48,
+    "cnp_priority": 6,
+    "trust": "dscp",
+    "ecn": {"min_kb": 150, "max_kb": 1500},
+    "roce_mode": 2,
+}
+
+
+def netdevs(link_layer: str, rails: int) -> list[str]:
+    """Netdev name of each rail's NIC port: ibp26s0, ibp60s0, ... or enp26s0f0np0, ..."""
+    if rails > len(RAIL_BUSES):
+        raise ValueError(f"at most {len(RAIL_BUSES)} rails")
+    if link_layer == "InfiniBand":
+        return [f"ibp{b}s0" for b in RAIL_BUSES[:rails]]
+    return [f"enp{b}s0f0np0" for b in RAIL_BUSES[:rails]]
+
+
+def host_names(nodes: int) -> list[str]:
+    width = max(2, len(str(nodes)))
+    return [f"gpu{i:0{width}d}" for i in range(1, nodes + 1)]
+
+
+def _port(os_: str, n: int) -> str:
+    return PORT_FORMAT[os_].replace("{n}", str(n))
+
+
+def _switch_names(plan: Plan) -> dict[str, list[str]]:
+    d = plan.design
+    names: dict[str, list[str]] = {}
+    width = max(2, len(str(max(d.switches.values() or [1]))))
+    if d.rail_optimised and d.tiers >= 2 and d.topology != "Dragonfly+":
+        per = d.leaves_per_rail
+        names["leaf"] = [f"leaf-r{r + 1}-{j + 1:0{width}d}" for r in range(d.rails) for j in range(per)]
+    else:
+        names["leaf"] = [f"leaf-{j + 1:0{width}d}" for j in range(d.switches.get("leaf", 0))]
+    for tier in ("spine", "core"):
+        names[tier] = [f"{tier}-{j + 1:0{width}d}" for j in range(d.switches.get(tier, 0))]
+    return names
+
+
+def cabling(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[str]]]:
+    """(host cables, switch-to-switch links, switch names per tier) of the whole plan."""
+    d = plan.design
+    if d.nodes <= 1 or plan.switch is None:
+        return [], [], {}
+    os_ = plan.switch.lab_os
+    names = _switch_names(plan)
+    hosts = host_names(d.nodes)
+    nds = netdevs(plan.link_layer or "InfiniBand", d.rails)
+    host_cables: list[dict[str, Any]] = []
+    for i, h in enumerate(hosts):
+        for r in range(d.rails):
+            if d.tiers == 1:
+                leaf, port = 0, r * d.nodes + i + 1
+            elif d.rail_optimised and d.topology != "Dragonfly+":
+                leaf, port = r * d.leaves_per_rail + i // d.leaf_down, i % d.leaf_down + 1
+            else:
+                e = i * d.rails + r
+                leaf, port = e // d.leaf_down, e % d.leaf_down + 1
+            host_cables.append(
+                {
+                    "host": h,
+                    "netdev": nds[r],
+                    "hca": f"mlx5_{r}",
+                    "port": 1,
+                    "switch": names["leaf"][leaf],
+                    "switch_port": _port(os_, port),
+                }
+            )
+    links: list[dict[str, Any]] = []
+    k = d.radix
+    if d.topology == "two-tier fat tree":
+        spines = names["spine"]
+        used = [0] * len(spines)
+        for li, leaf in enumerate(names["leaf"]):
+            for u in range(d.leaf_up):
+                s = (li * d.leaf_up + u) % len(spines)
+                used[s] += 1
+                links.append(
+                    _link(leaf, _port(os_, d.leaf_down + u + 1), spines[s], _port(os_, used[s]), "leaf_spine")
+                )
+    elif d.topology == "three-tier fat tree":
+        half = k // 2
+        spines, cores = names["spine"], names["core"]
+        s_used = [0] * len(spines)
+        base = 0
+        pod_spines: list[list[int]] = []
+        for p in range(d.groups):
+            n_leaves = min(half, len(names["leaf"]) - p * half)
+            n_sp = math.ceil(n_leaves * d.leaf_up / half)
+            pod_spines.append(list(range(base, base + n_sp)))
+            base += n_sp
+        for li, leaf in enumerate(names["leaf"]):
+            pod = pod_spines[li // half]
+            local = li % half
+            for u in range(d.leaf_up):
+                s = pod[(local * d.leaf_up + u) % len(pod)]
+                s_used[s] += 1
+                links.append(
+                    _link(
+                        leaf, _port(os_, d.leaf_down + u + 1), spines[s], _port(os_, s_used[s]), "leaf_spine"
+                    )
+                )
+        c_used = [0] * len(cores)
+        for si, sp in enumerate(spines):
+            for u in range(half):
+                c = (si * half + u) % len(cores)
+                c_used[c] += 1
+                links.append(
+                    _link(sp, _port(os_, half + u + 1), cores[c], _port(os_, c_used[c]), "spine_core")
+                )
+    elif d.topology == "Dragonfly+":
+        half = k // 2
+        spines = names["spine"]
+        for li, leaf in enumerate(names["leaf"]):
+            g = li // half
+            for u in range(half):
+                s = g * half + u
+                links.append(
+                    _link(leaf, _port(os_, half + u + 1), spines[s], _port(os_, li % half + 1), "leaf_spine")
+                )
+        groups = d.groups
+        per_pair = (half * half) // (groups - 1)
+        nxt = [0] * groups  # next free global port of each group (spine-major)
+
+        def take(g: int) -> tuple[str, str]:
+            n = nxt[g]
+            nxt[g] += 1
+            return spines[g * half + n // half], _port(os_, half + n % half + 1)
+
+        for a in range(groups):
+            for b in range(a + 1, groups):
+                for _ in range(per_pair):
+                    sa, pa = take(a)
+                    sb, pb = take(b)
+                    links.append(_link(sa, pa, sb, pb, "global"))
+    return host_cables, links, names
+
+
+def _link(a: str, pa: str, b: str, pb: str, tier: str) -> dict[str, Any]:
+    return {"switch_a": a, "port_a": pa, "switch_b": b, "port_b": pb, "tier": tier}
+
+
+def _switch_entry(plan: Plan, tier: str) -> dict[str, Any]:
+    assert plan.switch is not None
+    return {
+        "fabricops_switch_os": plan.switch.lab_os,
+        "fabricops_switch_model": plan.switch.name,
+        "fabricops_switch_tier": tier,
+    }
+
+
+def hosts_yml(plan: Plan, names: dict[str, list[str]]) -> dict[str, Any]:
+    hosts = {h: {} for h in host_names(plan.design.nodes)}
+    children: dict[str, Any] = {"gpu_hosts": {"hosts": hosts, "vars": {"ansible_user": "root"}}}
+    if names and plan.switch is not None:
+        members = {n: _switch_entry(plan, tier) for tier, ns in names.items() for n in ns}
+        if plan.switch.lab_os == "ib":
+            children["ib_switches"] = {"hosts": members}
+        else:
+            children["switches"] = {
+                "children": {f"{plan.switch.lab_os}_switches": {"hosts": members}},
+                "vars": {"ansible_connection": "local"},
+            }
+    return {"all": {"children": children}}
+
+
+def all_yml(plan: Plan, host_cables: list[dict], links: list[dict]) -> dict[str, Any]:
+    """``group_vars/all.yml`` as data (keys in the order they are written)."""
+    data: dict[str, Any] = {"fabricops_hardware_profile": plan.hardware_profile}
+    if plan.roce:
+        roce_model.validate(ROCE)  # the class the roles will read must validate
+        data["fabricops_roce"] = dict(ROCE, ecn=dict(ROCE["ecn"]))
+    d = plan.design
+    data["fabricops_plan"] = {
+        "topology": d.topology,
+        "gpus": d.gpus,
+        "nodes": d.nodes,
+        "rails": d.rails,
+        "switch": d.switch,
+        "switches": dict(d.switches),
+        "cables": dict(d.cables),
+        "bisection_gbps": d.bisection_gbps,
+    }
+    data["fabricops_cabling"] = host_cables
+    if links:
+        data["fabricops_switch_links"] = links
+    return data
+
+
+def _render_all_yml(data: dict[str, Any]) -> str:
+    """YAML for group_vars/all.yml; the long cable lists one flow mapping per line (JSON is YAML),
+    which keeps a 100,000-GPU plan quick to write and easy to grep."""
+    head = {k: v for k, v in data.items() if k not in LIST_KEYS}
+    text = _dump(head)
+    for key in LIST_KEYS:
+        if key not in data:
+            continue
+        rows = data[key]
+        if not rows:
+            text += f"{key}: []\n"
+            continue
+        text += f"{key}:\n" + "".join(f"- {json.dumps(r)}\n" for r in rows)
+    return text
+
+
+def lab_slice(plan: Plan, hosts: int | None = None) -> dict[str, Any]:
+    """A lab topology (raw, as the file holds it) of 2-4 hosts shaped like the plan's nodes."""
+    d = plan.design
+    n = hosts or max(2, min(LAB_MAX_SLICE_HOSTS, d.nodes))
+    n = min(n, lab_topology.MAX_HOSTS)
+    link_layer = plan.link_layer or "InfiniBand"
+    sw = plan.switch
+    os_ = sw.lab_os if sw else "ib"
+    speed = plan.host_speed or "NDR"
+    rails = d.rails or 1
+    if link_layer == "Ethernet":
+        rails = min(rails, LAB_MAX_ROCE_RAILS)
+    nds = netdevs(link_layer, rails)
+    port = {"port": 1, "link_layer": link_layer, "speed": speed, "netdev": None}
+    if link_layer == "InfiniBand":
+        port["width"] = "4X"
+    hcas = [{"name": f"mlx5_{r}", "ports": [dict(port, netdev=nds[r])]} for r in range(rails)]
+    gpu = {"model": plan.gpu_model, "count": d.gpus_per_node, "topology": "nvswitch"}
+    names = host_names(n)
+    plan_leaves = _switch_names(plan)["leaf"] if sw is not None and d.nodes > 1 else []
+    if d.tiers >= 2 and d.rail_optimised and d.topology != "Dragonfly+" and rails > 1:
+        # the first leaf of every rail's leaf group, named as in the plan
+        sw_names = [plan_leaves[r * d.leaves_per_rail] for r in range(rails)]
+    else:
+        sw_names = plan_leaves[:1] or ["leaf-01"]
+    radix = sw.ports if sw else 64
+    need = n * rails if len(sw_names) == 1 else n
+    switches = [
+        {
+            "name": s,
+            "os": os_,
+            "model": sw.name if sw else "NVIDIA Quantum-2 QM9700",
+            "ports": {"format": PORT_FORMAT[os_], "first": 1, "count": max(radix, need)},
+        }
+        for s in sw_names
+    ]
+    cables = []
+    for i, h in enumerate(names):
+        for r in range(rails):
+            if len(sw_names) == 1:
+                s, p = sw_names[0], r * n + i + 1
+            else:
+                s, p = sw_names[r], i + 1
+            cables.append({"host": h, "netdev": nds[r], "switch": s, "port": _port(os_, p)})
+    lab_name = f"plan-{d.gpus}gpu"
+    return {
+        "name": lab_name,
+        "hardware_profile": plan.hardware_profile or lab_name,
+        "host_profiles": {"node": {"gpus": gpu, "hcas": hcas}},
+        "hosts": [{"name": h, "profile": "node"} for h in names],
+        "switches": switches,
+        "cabling": cables,
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def inventory(plan: Plan) -> dict[str, str]:
+    """Relative path -> text of every file ``--write-inventory DIR`` writes."""
+    host_cables, links, names = cabling(plan)
+    topo = lab_slice(plan)
+    slice_note = (
+        f"# Lab slice of the plan ({len(topo['hosts'])} hosts of {plan.design.nodes}); "
+        "bring it up with: fabricops lab up --topology THIS_FILE\n"
+    )
+    if plan.link_layer == "Ethernet" and plan.design.rails > LAB_MAX_ROCE_RAILS:
+        slice_note += (
+            f"# The lab emulates at most {LAB_MAX_ROCE_RAILS} RoCE rails: the slice has the first "
+            f"{LAB_MAX_ROCE_RAILS} of {plan.design.rails}.\n"
+        )
+    if plan.design.tiers >= 2:
+        slice_note += (
+            "# Only the leaf tier is in the slice: the lab cables hosts to switches, "
+            "not switches to each other.\n"
+        )
+    return {
+        "hosts.yml": HEADER + _dump(hosts_yml(plan, names)),
+        "group_vars/all.yml": HEADER + "---\n" + _render_all_yml(all_yml(plan, host_cables, links)),
+        "lab-topology.yml": slice_note + _dump(topo),
+    }
+
+
+def write(plan: Plan, directory: str | Path) -> list[Path]:
+    """Write the inventory skeleton and lab topology under ``directory``; returns the paths written.
+
+    The lab topology is validated with ``fabricops.lab.topology`` before anything is written."""
+    files = inventory(plan)
+    lab_topology.normalise(yaml.safe_load(files["lab-topology.yml"]), source="lab-topology.yml")
+    out = []
+    root = Path(directory)
+    for rel, text in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        out.append(target)
+    return out
