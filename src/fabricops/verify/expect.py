@@ -1,0 +1,189 @@
+"""What a host should look like: inventory variables + hardware profile -> :class:`HostExpect`.
+
+Pure Python; the inventory variables come from Ansible's inventory (docs/verify.md, "Inventory
+variables"). Nothing here talks to a host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabricops.model.profiles import Profile, load_profile
+
+#: Where the pinned MLNX_OFED version is looked up, first found wins. ``fabricops_ofed`` is what
+#: the lab writes (its ``default_version``); ``mlnx_ofed_version`` is the mlnx_ofed role's choice.
+OFED_VERSION_VARS = ("fabricops_verify_ofed_version", "mlnx_ofed_version", "fabricops_ofed.default_version")
+#: nvidia-smi topo -m levels that count as "close" NIC<->GPU affinity (same PCIe switch).
+DEFAULT_NIC_GPU_LEVELS = ("PIX", "PXB")
+PERFTEST_DEFAULTS = {
+    "bw_size": 8388608,  # > 8 MB, ~4 QPs: perftest maintainers (linux-rdma/perftest#252)
+    "bw_qps": 4,
+    "lat_size": 2,
+    "base_port": 18515,
+    "timeout_s": 60,
+    "connect_retries": 40,
+}
+
+
+@dataclass(frozen=True)
+class PortExpect:
+    hca: str
+    port: int
+    netdev: str | None = None
+    link_layer: str | None = None  #: InfiniBand | Ethernet | None (unknown until observed)
+
+    @property
+    def device(self) -> str:
+        return f"{self.hca}/{self.port}"
+
+
+@dataclass
+class HostExpect:
+    host: str
+    profile: Profile
+    ofed_version: str | None
+    ofed_version_var: str | None
+    ports: list[PortExpect]
+    roce: Mapping[str, Any] | None = None
+    ipoib: dict[str, Any] | None = None
+    nccl_profile: str | None = None
+    nccl_conf_path: str = "/etc/nccl.conf"
+    nic_gpu_levels: tuple[str, ...] = DEFAULT_NIC_GPU_LEVELS
+    address: str | None = None  #: where perftest clients reach this host (out-of-band TCP)
+    skip: frozenset[str] = frozenset()
+    perftest: dict[str, Any] = field(default_factory=lambda: dict(PERFTEST_DEFAULTS))
+    #: device ("mlx5_0/1") -> {counter: value} from an earlier run; None = absolute counters
+    counter_baseline: dict[str, dict[str, int]] | None = None
+
+    @property
+    def link_layer(self) -> str:
+        return self.profile.hca.link_layer
+
+    @property
+    def rate_gbps(self) -> float:
+        return self.profile.hca.rate_gbps
+
+    def rails(self, observed: Mapping[str, str] | None = None) -> list[PortExpect]:
+        """The compute-fabric ports (the profile's link layer), in HCA order.
+
+        ``observed`` maps ``hca/port`` to the link layer ibstat printed, for ports whose expected
+        link layer is unknown."""
+        out = []
+        for p in self.ports:
+            layer = p.link_layer or (observed or {}).get(p.device)
+            if layer == self.link_layer:
+                out.append(p)
+        return out
+
+
+def lookup(data: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def ofed_version(hostvars: Mapping[str, Any], override: str | None = None) -> tuple[str | None, str | None]:
+    """(version, variable it came from). ``fabricops_verify_ofed_version_var`` names another variable."""
+    if override:
+        return _strip_ofed(override), "--ofed-version"
+    names: Sequence[str] = OFED_VERSION_VARS
+    custom = hostvars.get("fabricops_verify_ofed_version_var")
+    if custom:
+        names = (str(custom), *names)
+    for name in names:
+        value = lookup(hostvars, name)
+        if isinstance(value, str) and value and "{{" not in value:
+            return _strip_ofed(value), name
+    return None, None
+
+
+def _strip_ofed(value: str) -> str:
+    v = value.strip().rstrip(":")
+    return v.removeprefix("MLNX_OFED_LINUX-")
+
+
+def expected_ports(
+    host: str, hostvars: Mapping[str, Any], switch_link_layers: Mapping[str, str] | None = None
+) -> list[PortExpect]:
+    """``fabricops_verify_ports`` (explicit) or the host's cables in ``fabricops_cabling``."""
+    explicit = hostvars.get("fabricops_verify_ports")
+    entries: list[Mapping[str, Any]]
+    if explicit:
+        entries = list(explicit)
+    else:
+        entries = [c for c in hostvars.get("fabricops_cabling") or [] if c.get("host") == host]
+    out = []
+    for e in entries:
+        layer = e.get("link_layer")
+        if layer is None and switch_link_layers and e.get("switch") in switch_link_layers:
+            layer = switch_link_layers[e["switch"]]
+        out.append(PortExpect(str(e["hca"]), int(e.get("port", 1)), e.get("netdev"), layer))
+    return sorted(set(out), key=lambda p: (_natural(p.hca), p.port))
+
+
+def _natural(name: str) -> list[Any]:
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def host_expect(
+    host: str,
+    hostvars: Mapping[str, Any],
+    *,
+    profile: str | Profile | None = None,
+    ofed_override: str | None = None,
+    switch_link_layers: Mapping[str, str] | None = None,
+    skip: Sequence[str] = (),
+    counter_baseline: dict[str, dict[str, int]] | None = None,
+) -> HostExpect:
+    """Build the expectation for ``host``. Raises ``ProfileError`` when no profile is known."""
+    prof = profile if isinstance(profile, Profile) else None
+    if prof is None:
+        name = profile or hostvars.get("fabricops_hardware_profile")
+        if not name:
+            from fabricops.model.profiles import ProfileError
+
+            raise ProfileError(
+                f"{host}: no hardware profile; set fabricops_hardware_profile in the inventory "
+                "or pass --profile"
+            )
+        prof = load_profile(str(name))
+    version, var = ofed_version(hostvars, ofed_override)
+    ipoib = None
+    if hostvars.get("ipoib_plan") or hostvars.get("ipoib_interfaces"):
+        ipoib = {
+            "plan": hostvars.get("ipoib_plan") or None,
+            "host_index": hostvars.get("ipoib_host_index"),
+            "addresses": hostvars.get("ipoib_addresses") or {},
+            "interfaces": hostvars.get("ipoib_interfaces") or None,
+            "defaults": {
+                "mode": hostvars.get("ipoib_mode", "datagram"),
+                "mtu": hostvars.get("ipoib_mtu"),
+                "ib_mtu": hostvars.get("ipoib_ib_mtu", 4096),
+            },
+        }
+    perftest = dict(PERFTEST_DEFAULTS)
+    perftest.update(hostvars.get("fabricops_verify_perftest") or {})
+    skip_all = set(skip) | set(hostvars.get("fabricops_verify_skip") or [])
+    return HostExpect(
+        host=host,
+        profile=prof,
+        ofed_version=version,
+        ofed_version_var=var,
+        ports=expected_ports(host, hostvars, switch_link_layers),
+        roce=hostvars.get("fabricops_roce"),
+        ipoib=ipoib,
+        nccl_profile=hostvars.get("nccl_profile_name") or None,
+        nccl_conf_path=hostvars.get("nccl_profile_conf_path") or "/etc/nccl.conf",
+        nic_gpu_levels=tuple(hostvars.get("fabricops_verify_nic_gpu_levels") or DEFAULT_NIC_GPU_LEVELS),
+        address=hostvars.get("fabricops_verify_perftest_address") or hostvars.get("ansible_host") or host,
+        skip=frozenset(skip_all),
+        perftest=perftest,
+        counter_baseline=counter_baseline,
+    )

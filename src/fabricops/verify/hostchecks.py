@@ -1,0 +1,867 @@
+"""Host and GPU checks: the commands to run on a host, and their evaluation on the controller.
+
+:func:`commands` says what to run for a :class:`~fabricops.verify.expect.HostExpect`;
+:func:`evaluate` turns what came back (``{key: {"rc", "stdout", "stderr"}}``) into
+:class:`~fabricops.verify.result.CheckResult` s. Tool output is read with ``fabricops.parsers``;
+anything missing or unreadable is an ``error`` result (fails closed), never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from fabricops.errors import FabricopsError, ParseError
+from fabricops.model import rates
+from fabricops.model.nvlink import NVLINK
+from fabricops.model.profiles import threshold_for
+from fabricops.parsers import parse
+from fabricops.verify.expect import HostExpect, PortExpect
+from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
+
+Raw = Mapping[str, Mapping[str, Any]]
+
+HOST_CHECKS = ("ofed_version", "hca_port", "error_counters", "ipoib", "roce_qos", "nccl_profile")
+GPU_CHECKS = ("gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity")
+
+CAUSES = {
+    "down": "link down: cable pulled or dead, transceiver failed, or the switch port disabled",
+    "polling": "no link partner: check the cable, the transceiver and the switch port",
+    "init": "port is up but not activated: no subnet manager has configured it (check opensm / the SM)",
+    "missing_hca": "HCA not visible: not seated, failed, or its driver is not loaded",
+    "width": "link trained at {got} instead of {want}: lanes lost to a damaged cable or dirty connector",
+    "speed": "link negotiated {got} instead of {want}: a cable or switch port of a lower generation",
+    "symbol": "bit errors on the link: marginal cable or transceiver",
+    "downed": "the link went down and retrained (flapping): marginal cable or transceiver",
+    "nvlink": "NVLink inactive: a failed NVLink/NVSwitch lane or a GPU that trained without it; "
+    "NCCL falls back from NVLink",
+    "gpu_count": "a GPU fell off the bus (Xid 79) or is not seen by the BIOS/driver",
+    "gpu_model": "the host has other GPUs than its hardware profile says",
+    "ofed": "MLNX_OFED installed or updated out of band; run the mlnx_ofed role",
+    "no_ofed": "MLNX_OFED is not installed; run the mlnx_ofed role",
+    "affinity": "no GPU shares a PCIe switch with this HCA: wrong slot, "
+    "or the profile expects another layout",
+    "roce": "RoCE QoS differs from fabricops_roce: run the roce_host role (settings are lost on openibd "
+    "restart or reboot unless persisted)",
+    "nccl": "NCCL profile out of date with the HCAs that are up: run the nccl_profile role",
+    "ipoib": "IPoIB interface differs from the plan: run the ipoib role",
+}
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def _ib_candidates(expect: HostExpect) -> list[PortExpect]:
+    return [p for p in expect.ports if p.link_layer in (None, "InfiniBand")]
+
+
+def _roce_ports(expect: HostExpect) -> list[PortExpect]:
+    return [p for p in expect.ports if p.link_layer in (None, "Ethernet") and p.netdev]
+
+
+def roce_port_states(expect: HostExpect) -> list[dict[str, Any]]:
+    """Desired RoCE state per candidate port (``fabricops.hostqos.plan.port_state``)."""
+    from fabricops.hostqos.plan import port_state
+    from fabricops.model.roce import validate
+
+    cfg = validate(expect.roce)
+    return [port_state(cfg, p.netdev, p.hca, p.port) for p in _roce_ports(expect)]
+
+
+def _knobs(state: Mapping[str, Any]) -> list[Any]:
+    from fabricops.hostqos.knobs import knobs_for
+
+    return knobs_for(state["netdev"], state["device"], state["port"], state["sysfs"])
+
+
+def ipoib_interfaces(expect: HostExpect) -> list[dict[str, Any]]:
+    from fabricops.ipoib import host_interfaces
+
+    plan = expect.ipoib or {}
+    facts = {
+        "hcas": [
+            {"name": p.hca, "ports": [{"port": p.port, "link_layer": "InfiniBand", "netdev": p.netdev}]}
+            for p in _ib_candidates(expect)
+            if p.netdev
+        ]
+    }
+    return host_interfaces(
+        expect.host,
+        plan=plan.get("plan"),
+        host_index=plan.get("host_index"),
+        addresses=plan.get("addresses"),
+        interfaces=plan.get("interfaces"),
+        facts=facts,
+        defaults=plan.get("defaults"),
+        check_devices=False,
+    )
+
+
+def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
+    """key -> shell command. ``only``: ``hosts`` or ``gpus`` (None: both)."""
+    cmds: dict[str, str] = {}
+    want = _wanted(expect, only)
+    if want & {"ofed_version"}:
+        cmds["ofed_info"] = "ofed_info -s"
+    # ibstat is read by the port checks and (link layers) by affinity, NCCL and pair planning.
+    cmds["ibstat"] = "ibstat"
+    if "hca_port" in want:
+        cmds["ib_rates"] = "grep -H '' /sys/class/infiniband/*/ports/*/rate"
+    if "error_counters" in want:
+        for p in _ib_candidates(expect):
+            cmds[f"perfquery:{p.device}"] = f"perfquery -C {shlex.quote(p.hca)} -P {p.port}"
+    if want & {"gpu_count", "gpu_model"}:
+        cmds["nvidia_query"] = "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id --format=csv"
+    if "nvlink" in want:
+        cmds["nvlink"] = "nvidia-smi nvlink --status"
+    if want & {"gpu_topology", "nic_gpu_affinity"}:
+        cmds["topo"] = "nvidia-smi topo -m"
+    if "roce_qos" in want and expect.roce is not None:
+        try:
+            states = roce_port_states(expect)
+        except FabricopsError:
+            states = []  # reported by evaluate()
+        for st in states:
+            nd = st["netdev"]
+            cmds[f"mlnx_qos:{nd}"] = f"mlnx_qos -i {shlex.quote(nd)}"
+            knobs = _knobs(st)
+            files = [k.path for k in knobs if k.path]
+            if files:
+                cmds[f"knobfiles:{nd}"] = "grep -H '' " + " ".join(shlex.quote(f) for f in files)
+            for k in knobs:
+                if k.read_argv:
+                    cmds[f"knobcmd:{' '.join(k.read_argv)}"] = shlex.join(k.read_argv)
+    if "nccl_profile" in want and expect.nccl_profile:
+        cmds["nccl_conf"] = f"cat {shlex.quote(expect.nccl_conf_path)}"
+    if "ipoib" in want and expect.ipoib:
+        try:
+            ifaces = ipoib_interfaces(expect)
+        except FabricopsError:
+            ifaces = []
+        for i in ifaces:
+            name = shlex.quote(i["name"])
+            cmds[f"ipoib_addr:{i['name']}"] = f"ip -j addr show dev {name}"
+            cmds[f"ipoib_mode:{i['name']}"] = f"cat /sys/class/net/{name}/mode"
+    return cmds
+
+
+def _wanted(expect: HostExpect, only: str | None) -> set[str]:
+    names = set()
+    if only in (None, "hosts"):
+        names |= set(HOST_CHECKS)
+    if only in (None, "gpus"):
+        names |= set(GPU_CHECKS)
+    return names - set(expect.skip)
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+
+class _Ctx:
+    def __init__(self, expect: HostExpect, raw: Raw):
+        self.expect = expect
+        self.raw = raw
+        self.out: list[CheckResult] = []
+
+    @property
+    def host(self) -> str:
+        return self.expect.host
+
+    def add(self, category: str, check: str, device: str | None, status: str, message: str, **kw: Any):
+        self.out.append(CheckResult(category, check, self.host, device, status, message, **kw))
+
+    def tool(self, key: str, tool: str, category: str, check: str, device: str | None = None) -> Any:
+        """Parsed output of ``key``, or None after adding an error result."""
+        res = self.raw.get(key)
+        where = f"{self.host}" + (f" {device}" if device else "")
+        if res is None:
+            self.add(category, check, device, ERROR, f"{where}: {key} was not run (no data: failing closed)")
+            return None
+        text = res.get("stdout") or ""
+        if res.get("rc") not in (0, None):
+            err = (res.get("stderr") or text or "").strip().splitlines()
+            detail = err[-1] if err else f"exit {res.get('rc')}"
+            self.add(
+                category,
+                check,
+                device,
+                ERROR,
+                f"{where}: `{key.split(':')[0]}` failed: {detail}",
+                details={"rc": res.get("rc")},
+            )
+            return None
+        try:
+            return parse(tool, text)
+        except ParseError as exc:
+            self.add(category, check, device, ERROR, f"{where}: {exc}")
+            return None
+
+
+def observed_link_layers(raw: Raw) -> dict[str, str]:
+    """``hca/port`` -> link layer from ibstat (empty when ibstat is missing or unreadable)."""
+    res = raw.get("ibstat")
+    if not res or res.get("rc") not in (0, None):
+        return {}
+    try:
+        rec = parse("ibstat", res.get("stdout") or "")
+    except ParseError:
+        return {}
+    return {f"{ca.name}/{p.port}": p.link_layer for ca in rec.cas for p in ca.ports if p.link_layer}
+
+
+def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[CheckResult]:
+    ctx = _Ctx(expect, raw)
+    want = _wanted(expect, only)
+    ibstat = None
+    if want & {"hca_port", "error_counters", "nic_gpu_affinity", "nccl_profile", "roce_qos"}:
+        ibstat = ctx.tool("ibstat", "ibstat", "hosts", "hca_port") if "hca_port" in want else _quiet(raw)
+    if "ofed_version" in want:
+        _ofed(ctx)
+    if "hca_port" in want and ibstat is not None:
+        _ports(ctx, ibstat)
+    layers = observed_link_layers(raw)
+    if "error_counters" in want:
+        _counters(ctx, layers)
+    gpus = None
+    if want & {"gpu_count", "gpu_model"}:
+        gpus = _gpus(ctx, want)
+    if "nvlink" in want:
+        _nvlink(ctx)
+    if want & {"gpu_topology", "nic_gpu_affinity"}:
+        _topo(ctx, want, layers, gpus)
+    if "roce_qos" in want:
+        _roce(ctx, layers)
+    if "nccl_profile" in want:
+        _nccl(ctx, ibstat)
+    if "ipoib" in want:
+        _ipoib(ctx)
+    return ctx.out
+
+
+def _quiet(raw: Raw) -> Any:
+    res = raw.get("ibstat")
+    if not res or res.get("rc") not in (0, None):
+        return None
+    try:
+        return parse("ibstat", res.get("stdout") or "")
+    except ParseError:
+        return None
+
+
+def _ofed(ctx: _Ctx) -> None:
+    want = ctx.expect.ofed_version
+    res = ctx.raw.get("ofed_info")
+    if (res is not None and res.get("rc") == 127) or (
+        res is not None and "command not found" in ((res.get("stderr") or "") + (res.get("stdout") or ""))
+    ):
+        ctx.add(
+            "hosts",
+            "ofed_version",
+            None,
+            FAIL,
+            f"{ctx.host}: MLNX_OFED is not installed (no ofed_info)",
+            measured=None,
+            threshold=want,
+            op="==",
+            cause=CAUSES["no_ofed"],
+        )
+        return
+    rec = ctx.tool("ofed_info", "ofed_info", "hosts", "ofed_version")
+    if rec is None:
+        return
+    got = rec.version_number or (rec.version or "").removeprefix("MLNX_OFED_LINUX-")
+    if not want:
+        ctx.add(
+            "hosts",
+            "ofed_version",
+            None,
+            ERROR,
+            f"{ctx.host}: no pinned MLNX_OFED version in the inventory (set mlnx_ofed_version, "
+            f"fabricops_ofed.default_version or fabricops_verify_ofed_version_var); installed {got}",
+            measured=got,
+        )
+        return
+    ok = got == want
+    ctx.add(
+        "hosts",
+        "ofed_version",
+        None,
+        PASS if ok else FAIL,
+        f"{ctx.host}: MLNX_OFED {got}" + ("" if ok else f", pinned {want} ({ctx.expect.ofed_version_var})"),
+        measured=got,
+        threshold=want,
+        op="==",
+        cause=None if ok else CAUSES["ofed"],
+        source=ctx.expect.ofed_version_var,
+    )
+
+
+def _sysfs_rates(raw: Raw) -> dict[str, Any]:
+    res = raw.get("ib_rates") or {}
+    out = {}
+    for line in (res.get("stdout") or "").splitlines():
+        m = re.match(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/rate:(.*)$", line.strip())
+        if not m:
+            continue
+        try:
+            out[f"{m[1]}/{m[2]}"] = rates.parse_sysfs_rate(m[3].strip())
+        except ValueError:
+            continue
+    return out
+
+
+def _ports(ctx: _Ctx, ibstat: Any) -> None:
+    exp = ctx.expect
+    cas = {ca.name: ca for ca in ibstat.cas}
+    sysfs = _sysfs_rates(ctx.raw)
+    if not exp.ports:
+        ctx.add(
+            "hosts",
+            "hca_port",
+            None,
+            ERROR,
+            f"{ctx.host}: no expected HCA ports (fabricops_cabling or fabricops_verify_ports): "
+            "failing closed",
+        )
+        return
+    prof = exp.profile.hca
+    for pe in exp.ports:
+        dev = pe.device
+        ca = cas.get(pe.hca)
+        if ca is None:
+            ctx.add(
+                "hosts",
+                "hca_port",
+                dev,
+                FAIL,
+                f"{ctx.host} {pe.hca}: HCA not found (ibstat lists {', '.join(cas) or 'none'})",
+                cause=CAUSES["missing_hca"],
+            )
+            continue
+        port = next((p for p in ca.ports if p.port == pe.port), None)
+        if port is None:
+            ctx.add(
+                "hosts",
+                "hca_port",
+                dev,
+                FAIL,
+                f"{ctx.host} {dev}: port not found on {pe.hca}",
+                cause=CAUSES["missing_hca"],
+            )
+            continue
+        layer = port.link_layer
+        if pe.link_layer and layer and layer != pe.link_layer:
+            ctx.add(
+                "hosts",
+                "hca_port",
+                dev,
+                FAIL,
+                f"{ctx.host} {dev}: link layer {layer}, expected {pe.link_layer}",
+                cause="port configured for the other link layer (mlxconfig LINK_TYPE_P1)",
+            )
+            continue
+        state, phys = port.state or "?", port.physical_state or "?"
+        nd = f" ({pe.netdev})" if pe.netdev else ""
+        if state != "Active" or phys != "LinkUp":
+            cause = CAUSES["down"]
+            if phys == "Polling":
+                cause = CAUSES["polling"]
+            elif phys == "LinkUp" and state in ("Initializing", "Init", "Armed"):
+                cause = CAUSES["init"]
+            ctx.add(
+                "hosts",
+                "hca_port",
+                dev,
+                FAIL,
+                f"{ctx.host} {dev}{nd}: state {state}, physical state {phys} (expected Active/LinkUp)",
+                measured=f"{state}/{phys}",
+                threshold="Active/LinkUp",
+                op="==",
+                cause=cause,
+            )
+            continue
+        if layer != prof.link_layer:
+            ctx.add(
+                "hosts",
+                "hca_port",
+                dev,
+                PASS,
+                f"{ctx.host} {dev}{nd}: Active/LinkUp, {layer} {port.rate} Gb/s (not the compute fabric)",
+                measured=port.rate,
+                unit="Gb/s",
+            )
+            continue
+        want_rate = exp.rate_gbps
+        got = sysfs.get(dev)
+        got_rate = got.rate_gbps if got else port.rate
+        problems, cause = [], None
+        if got_rate is None or float(got_rate) != float(want_rate):
+            problems.append(f"rate {got_rate} Gb/s, expected {want_rate}")
+        if layer == "InfiniBand" and got is not None:
+            want_width = prof.width or "4X"
+            want_speed = (
+                rates.IB_VARIANTS[prof.speed].speed if prof.speed in rates.IB_VARIANTS else prof.speed
+            )
+            if got.width != want_width:
+                problems.append(f"width {got.width}, expected {want_width}")
+                cause = CAUSES["width"].format(got=got.width, want=want_width)
+            if got.speed != want_speed:
+                problems.append(f"speed {got.speed}, expected {want_speed}")
+                cause = cause or CAUSES["speed"].format(got=got.speed, want=want_speed)
+        elif layer == "InfiniBand" and got is None:
+            problems.append("no sysfs rate (width/speed unknown)")
+        status = FAIL if problems else PASS
+        if problems and cause is None:
+            cause = "port runs below the profile's rate"
+        extra = f" {got.width} {got.speed}" if got else ""
+        msg = f"{ctx.host} {dev}{nd}: Active/LinkUp, {got_rate} Gb/s{extra}"
+        if problems:
+            msg += ": " + "; ".join(problems)
+        ctx.add(
+            "hosts",
+            "hca_port",
+            dev,
+            status,
+            msg,
+            measured=got_rate,
+            threshold=want_rate,
+            op="==",
+            unit="Gb/s",
+            cause=cause,
+            details={"width": got.width if got else None, "speed": got.speed if got else None},
+        )
+
+
+def _counters(ctx: _Ctx, layers: Mapping[str, str]) -> None:
+    """Error counters per InfiniBand port: absolute values since the last counter reset, or, with a
+    baseline (a previous report), the increase since then."""
+    prof = ctx.expect.profile
+    flaps = threshold_for(prof, "link_flaps_24h")
+    limits = {
+        "SymbolErrorCounter": (threshold_for(prof, "symbol_error"), CAUSES["symbol"]),
+        "LinkDownedCounter": (threshold_for(prof, "link_downed"), CAUSES["downed"]),
+    }
+    baseline = ctx.expect.counter_baseline
+    ports = [p for p in _ib_candidates(ctx.expect) if layers.get(p.device, p.link_layer) == "InfiniBand"]
+    for pe in ports:
+        rec = ctx.tool(f"perfquery:{pe.device}", "perfquery", "hosts", "error_counters", pe.device)
+        if rec is None:
+            continue
+        counters = rec.blocks[0].counters if rec.blocks else {}
+        base = (baseline or {}).get(pe.device)
+        bad, measured, absolute, causes = [], {}, {}, []
+        for name, (thr, cause) in limits.items():
+            value = counters.get(name)
+            absolute[name] = value
+            if value is None:
+                bad.append(f"{name} not reported")
+                causes.append("perfquery did not print the counter")
+                continue
+            if base is not None:
+                value = value - int(base.get(name) or 0)
+            measured[name] = value
+            if not thr.passes(value):
+                word = "+" if base is not None else ""
+                bad.append(f"{name} {word}{value} (limit {thr.value})")
+                causes.append(cause)
+        status = FAIL if bad else PASS
+        window = "since the baseline" if base is not None else "since the last counter reset"
+        msg = (
+            f"{ctx.host} {pe.device}: "
+            + ("; ".join(bad) if bad else ", ".join(f"{k} {v}" for k, v in measured.items()))
+            + f" ({window})"
+        )
+        downed = measured.get("LinkDownedCounter")
+        ctx.add(
+            "hosts",
+            "error_counters",
+            pe.device,
+            status,
+            msg,
+            measured=measured,
+            threshold={k: v[0].value for k, v in limits.items()},
+            op="<=",
+            unit="count",
+            cause="; ".join(dict.fromkeys(causes)) or None,
+            source=limits["SymbolErrorCounter"][0].source,
+            details={
+                "absolute": absolute,
+                "baseline": base,
+                "flapping": downed is not None and not flaps.passes(downed),
+            },
+        )
+
+
+def _gpus(ctx: _Ctx, want: set[str]) -> Any:
+    prof = ctx.expect.profile.gpu
+    rec = ctx.tool("nvidia_query", "nvidia-smi-query", "gpus", "gpu_count")
+    if rec is None:
+        return None
+    rows = rec.rows
+    if "gpu_count" in want:
+        ok = len(rows) == prof.count
+        ctx.add(
+            "gpus",
+            "gpu_count",
+            None,
+            PASS if ok else FAIL,
+            f"{ctx.host}: {len(rows)} GPUs" + ("" if ok else f", expected {prof.count}"),
+            measured=len(rows),
+            threshold=prof.count,
+            op="==",
+            cause=None if ok else CAUSES["gpu_count"],
+        )
+    if "gpu_model" in want:
+        wrong = [f"GPU{r.get('index')} {r.get('name')}" for r in rows if r.get("name") != prof.model]
+        ctx.add(
+            "gpus",
+            "gpu_model",
+            None,
+            FAIL if wrong or not rows else PASS,
+            f"{ctx.host}: "
+            + (
+                f"expected {prof.model}, found {', '.join(wrong)}" if wrong else f"{len(rows)} x {prof.model}"
+            ),
+            measured=sorted({r.get("name") for r in rows}),
+            threshold=prof.model,
+            op="==",
+            cause=CAUSES["gpu_model"] if wrong else None,
+        )
+    return rows
+
+
+def _nvlink(ctx: _Ctx) -> None:
+    prof = ctx.expect.profile.gpu
+    gen = NVLINK[prof.nvlink]
+    rec = ctx.tool("nvlink", "nvidia-smi-nvlink", "gpus", "nvlink")
+    if rec is None:
+        return
+    speed = gen.smi_link_gbs
+    for g in rec.gpus:
+        dev = f"GPU{g.index}"
+        problems = []
+        if g.inactive_links:
+            problems.append(f"link(s) {', '.join(map(str, g.inactive_links))} inactive")
+        if g.message and not g.links:
+            problems.append(g.message)
+        if g.active_links != gen.links:
+            problems.append(f"{g.active_links} of {gen.links} links active")
+        slow = [
+            link.link
+            for link in g.links
+            if link.active and speed and abs(float(link.speed_gb_s or 0) - float(speed)) > 0.01 * float(speed)
+        ]
+        if slow:
+            problems.append(f"link(s) {', '.join(map(str, slow))} not at {speed} GB/s")
+        ctx.add(
+            "gpus",
+            "nvlink",
+            dev,
+            FAIL if problems else PASS,
+            f"{ctx.host} {dev}: "
+            + (
+                "; ".join(problems)
+                if problems
+                else f"{g.active_links} links at {speed} GB/s (NVLink {gen.version})"
+            ),
+            measured=g.active_links,
+            threshold=gen.links,
+            op="==",
+            unit="links",
+            cause=CAUSES["nvlink"] if problems else None,
+        )
+    if not rec.gpus:
+        ctx.add("gpus", "nvlink", None, ERROR, f"{ctx.host}: nvidia-smi nvlink printed no GPU")
+
+
+def _topo(ctx: _Ctx, want: set[str], layers: Mapping[str, str], rows: Any) -> None:
+    prof = ctx.expect.profile.gpu
+    rec = ctx.tool("topo", "nvidia-smi-topo", "gpus", "gpu_topology")
+    if rec is None:
+        return
+    if "gpu_topology" in want and prof.topology == "nvswitch":
+        links = NVLINK[prof.nvlink].links
+        bad = []
+        for i, a in enumerate(rec.gpus):
+            for b in rec.gpus[i + 1 :]:
+                cell = rec.matrix.get(a, {}).get(b, "?")
+                n = rec.nvlinks(a, b)
+                if n is None or n < links:
+                    bad.append(f"{a}-{b} {cell}")
+        ok = not bad and len(rec.gpus) >= 2
+        msg = (
+            f"{ctx.host}: NV{links} between every pair of {len(rec.gpus)} GPUs"
+            if ok
+            else (
+                f"{ctx.host}: not NV{links}: {', '.join(bad[:8])}"
+                + (f" (+{len(bad) - 8} more)" if len(bad) > 8 else "")
+            )
+        )
+        ctx.add(
+            "gpus",
+            "gpu_topology",
+            None,
+            PASS if ok else FAIL,
+            msg,
+            measured=len(bad),
+            threshold=0,
+            op="==",
+            unit="GPU pairs without full NVLink",
+            cause=None if ok else CAUSES["nvlink"],
+            details={"bad_pairs": bad},
+        )
+    if "nic_gpu_affinity" in want:
+        rails = ctx.expect.rails(layers)
+        names = {rec.nic_name(c): c for c in rec.nics}
+        for pe in rails:
+            col = names.get(pe.hca)
+            if col is None:
+                ctx.add(
+                    "gpus",
+                    "nic_gpu_affinity",
+                    pe.hca,
+                    FAIL,
+                    f"{ctx.host} {pe.hca}: not in the nvidia-smi topology "
+                    f"(NICs: {', '.join(names) or 'none'})",
+                    cause=CAUSES["missing_hca"],
+                )
+                continue
+            close = [g for g in rec.gpus if rec.matrix.get(g, {}).get(col) in ctx.expect.nic_gpu_levels]
+            levels = sorted({rec.matrix.get(g, {}).get(col, "?") for g in rec.gpus})
+            ok = bool(close)
+            ctx.add(
+                "gpus",
+                "nic_gpu_affinity",
+                pe.hca,
+                PASS if ok else FAIL,
+                f"{ctx.host} {pe.hca}: "
+                + (
+                    f"{'/'.join(ctx.expect.nic_gpu_levels)} to {', '.join(close)}"
+                    if ok
+                    else f"no GPU at {'/'.join(ctx.expect.nic_gpu_levels)} (levels {', '.join(levels)})"
+                ),
+                measured=close,
+                threshold=list(ctx.expect.nic_gpu_levels),
+                op="in",
+                cause=None if ok else CAUSES["affinity"],
+            )
+
+
+def _grep_files(text: str) -> dict[str, str]:
+    out = {}
+    for line in (text or "").splitlines():
+        path, sep, value = line.partition(":")
+        if sep:
+            out[path] = value
+    return out
+
+
+def _roce(ctx: _Ctx, layers: Mapping[str, str]) -> None:
+    from fabricops.hostqos import knobs as knobs_mod
+    from fabricops.hostqos import mlnx_qos as qos_mod
+
+    exp = ctx.expect
+    if exp.roce is None:
+        ctx.add(
+            "hosts", "roce_qos", None, SKIP, f"{ctx.host}: no fabricops_roce in the inventory (not planned)"
+        )
+        return
+    try:
+        states = roce_port_states(exp)
+    except FabricopsError as exc:
+        ctx.add(
+            "hosts",
+            "roce_qos",
+            None,
+            ERROR,
+            f"{ctx.host}: fabricops_roce does not validate: {exc}",
+            cause="fix fabricops_roce in the inventory (docs/roce.md)",
+        )
+        return
+    states = [s for s in states if layers.get(f"{s['device']}/{s['port']}", "Ethernet") == "Ethernet"]
+    if not states:
+        ctx.add("hosts", "roce_qos", None, SKIP, f"{ctx.host}: no RoCE ports")
+        return
+    for st in states:
+        nd = st["netdev"]
+        dev = f"{st['device']}/{st['port']}"
+        rec = ctx.tool(f"mlnx_qos:{nd}", "mlnx_qos", "hosts", "roce_qos", nd)
+        if rec is None:
+            continue
+        diffs = qos_mod.verify(qos_mod.want_from(st["mlnx_qos"]), qos_mod.have_from(rec))
+        knobs = knobs_mod.knobs_for(nd, st["device"], st["port"], st["sysfs"])
+        files_res = ctx.raw.get(f"knobfiles:{nd}") or {}
+        read = {
+            "files": _grep_files(files_res.get("stdout") or ""),
+            "commands": [
+                {
+                    "argv": list(k.read_argv),
+                    **dict(ctx.raw.get(f"knobcmd:{' '.join(k.read_argv)}") or {"rc": None}),
+                }
+                for k in knobs
+                if k.read_argv
+            ],
+        }
+        try:
+            values, _warn = knobs_mod.values_from(nd, knobs, read)
+            diffs += [d.split(": ", 1)[1] for d in knobs_mod.verify(nd, knobs, values)]
+        except knobs_mod.KnobError as exc:
+            ctx.add("hosts", "roce_qos", nd, ERROR, f"{ctx.host} {nd} ({dev}): {exc}")
+            continue
+        ctx.add(
+            "hosts",
+            "roce_qos",
+            nd,
+            FAIL if diffs else PASS,
+            f"{ctx.host} {nd} ({dev}): "
+            + ("; ".join(diffs) if diffs else "trust, PFC, DSCP map, ECN, ToS and RoCE mode as declared"),
+            measured=diffs,
+            threshold=[],
+            op="==",
+            cause=CAUSES["roce"] if diffs else None,
+            details={"desired": {"mlnx_qos": st["mlnx_qos"], "sysfs": st["sysfs"]}},
+        )
+
+
+def parse_nccl_conf(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, _, v = line.partition("=")
+        out[k.strip()] = v.strip().strip('"').strip("'")
+    return out
+
+
+def _nccl(ctx: _Ctx, ibstat: Any) -> None:
+    exp = ctx.expect
+    if not exp.nccl_profile:
+        ctx.add("hosts", "nccl_profile", None, SKIP, f"{ctx.host}: no nccl_profile_name in the inventory")
+        return
+    res = ctx.raw.get("nccl_conf")
+    if res is None or res.get("rc") != 0:
+        ctx.add(
+            "hosts",
+            "nccl_profile",
+            exp.nccl_conf_path,
+            FAIL,
+            f"{ctx.host}: {exp.nccl_conf_path} is missing",
+            cause=CAUSES["nccl"],
+        )
+        return
+    env = parse_nccl_conf(res.get("stdout") or "")
+    problems: list[str] = []
+    if exp.nccl_profile == "socket":
+        if env.get("NCCL_IB_DISABLE") != "1":
+            problems.append("NCCL_IB_DISABLE is not 1")
+    else:
+        layer = "InfiniBand" if exp.nccl_profile == "ib" else "Ethernet"
+        if ibstat is None:
+            ctx.add(
+                "hosts",
+                "nccl_profile",
+                exp.nccl_conf_path,
+                ERROR,
+                f"{ctx.host}: cannot tell which HCAs are up (ibstat unreadable)",
+            )
+            return
+        up = {
+            f"{ca.name}:{p.port}"
+            for ca in ibstat.cas
+            for p in ca.ports
+            if p.link_layer == layer and p.state == "Active"
+        }
+        listed_raw = env.get("NCCL_IB_HCA", "")
+        listed = {x if ":" in x else f"{x}:1" for x in listed_raw.lstrip("=^").split(",") if x}
+        if env.get("NCCL_IB_DISABLE") == "1":
+            problems.append("NCCL_IB_DISABLE=1 in an IB/RoCE profile")
+        if not listed:
+            problems.append("NCCL_IB_HCA is not set")
+        if listed - up:
+            problems.append(f"NCCL_IB_HCA lists ports that are not up: {', '.join(sorted(listed - up))}")
+        if up - listed:
+            problems.append(f"ports up but not in NCCL_IB_HCA: {', '.join(sorted(up - listed))}")
+        if layer == "Ethernet":
+            if "NCCL_IB_GID_INDEX" not in env:
+                problems.append("NCCL_IB_GID_INDEX is not set")
+            try:
+                from fabricops.model.roce import validate
+
+                tos = validate(exp.roce).tos if exp.roce is not None else None
+            except FabricopsError:
+                tos = None
+            if tos is not None and env.get("NCCL_IB_TC") != str(tos):
+                problems.append(f"NCCL_IB_TC is {env.get('NCCL_IB_TC')}, want {tos}")
+    ctx.add(
+        "hosts",
+        "nccl_profile",
+        exp.nccl_conf_path,
+        FAIL if problems else PASS,
+        f"{ctx.host} {exp.nccl_conf_path}: "
+        + ("; ".join(problems) if problems else f"profile {exp.nccl_profile} matches the HCAs that are up"),
+        measured=env,
+        cause=CAUSES["nccl"] if problems else None,
+    )
+
+
+def _ipoib(ctx: _Ctx) -> None:
+    exp = ctx.expect
+    if not exp.ipoib:
+        ctx.add("hosts", "ipoib", None, SKIP, f"{ctx.host}: no IPoIB plan in the inventory")
+        return
+    try:
+        ifaces = ipoib_interfaces(exp)
+    except FabricopsError as exc:
+        ctx.add("hosts", "ipoib", None, ERROR, f"{ctx.host}: IPoIB plan does not resolve: {exc}")
+        return
+    for i in ifaces:
+        name = i["name"]
+        res = ctx.raw.get(f"ipoib_addr:{name}") or {}
+        if res.get("rc") != 0:
+            ctx.add(
+                "hosts",
+                "ipoib",
+                name,
+                FAIL,
+                f"{ctx.host} {name}: interface does not exist",
+                cause=CAUSES["ipoib"],
+            )
+            continue
+        try:
+            data = json.loads(res.get("stdout") or "")[0]
+        except (ValueError, IndexError, TypeError):
+            ctx.add("hosts", "ipoib", name, ERROR, f"{ctx.host} {name}: `ip -j addr` output unreadable")
+            continue
+        problems = []
+        flags = data.get("flags") or []
+        if "UP" not in flags or data.get("operstate") not in ("UP", "UNKNOWN"):
+            problems.append(f"not up (operstate {data.get('operstate')})")
+        addrs = {
+            f"{a.get('local')}/{a.get('prefixlen')}"
+            for a in data.get("addr_info") or []
+            if a.get("family") == "inet"
+        }
+        if i.get("address") and i["address"] not in addrs:
+            problems.append(f"address {', '.join(sorted(addrs)) or 'none'}, planned {i['address']}")
+        if i.get("mtu") and data.get("mtu") != i["mtu"]:
+            problems.append(f"MTU {data.get('mtu')}, planned {i['mtu']}")
+        mode = ((ctx.raw.get(f"ipoib_mode:{name}") or {}).get("stdout") or "").strip()
+        if i.get("mode") and mode != i["mode"]:
+            problems.append(f"mode {mode or 'unknown'}, planned {i['mode']}")
+        ctx.add(
+            "hosts",
+            "ipoib",
+            name,
+            FAIL if problems else PASS,
+            f"{ctx.host} {name}: "
+            + (
+                "; ".join(problems)
+                if problems
+                else f"up, {i.get('address')}, {i.get('mode')}, MTU {i.get('mtu')}"
+            ),
+            cause=CAUSES["ipoib"] if problems else None,
+        )

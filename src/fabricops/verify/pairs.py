@@ -1,0 +1,398 @@
+"""Pairwise bandwidth and latency: ``ib_write_bw`` and ``ib_write_lat`` between hosts, per rail.
+
+Rounds come from the model's circle method (:func:`fabricops.model.schedule.rail_pairs`): every
+round holds disjoint host pairs, so all of its tests run at once; for N hosts (N even) there are
+N-1 rounds instead of N(N-1)/2 one-at-a-time runs. For each rail test the server is started on
+the peer (``host_b``) first, then the client on ``host_a`` connects to the peer's address.
+
+A failed test is re-run alone before anything is blamed; a host is blamed only when its tests
+with *different* peers fail (:func:`blame`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabricops.errors import ParseError
+from fabricops.model.profiles import Profile, threshold_for
+from fabricops.model.schedule import RailPair, rail_pairs
+from fabricops.parsers import parse
+from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
+
+RunFn = Callable[[str, str, float], Mapping[str, Any]]  # (host, command, timeout_s) -> {rc, stdout, stderr}
+TESTS = ("ib_write_bw", "ib_write_lat")
+PID_DIR = "/tmp"
+
+
+@dataclass(frozen=True)
+class RailTest:
+    """One rail of one host pair: client ``host_a`` ``dev_a`` -> server ``host_b`` ``dev_b``."""
+
+    rail: int
+    host_a: str
+    dev_a: str  #: "mlx5_0/1"
+    host_b: str
+    dev_b: str
+
+    @property
+    def pair(self) -> str:
+        return f"{self.host_a}<->{self.host_b}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.host_a} {self.dev_a} <-> {self.host_b} {self.dev_b}"
+
+    @staticmethod
+    def from_rail_pair(rp: RailPair) -> RailTest:
+        return RailTest(rp.rail, rp.host_a, rp.hca_a, rp.host_b, rp.hca_b)
+
+
+def plan(hosts: Sequence[str], rails: Mapping[str, Sequence[str]]) -> list[list[RailTest]]:
+    """Rounds of rail tests; ``rails`` maps host -> its compute ports ("mlx5_0/1") in rail order."""
+    return [[RailTest.from_rail_pair(rp) for rp in rnd] for rnd in rail_pairs(list(hosts), rails)]
+
+
+def _dev(device: str) -> tuple[str, str]:
+    hca, _, port = device.partition("/")
+    return hca, port or "1"
+
+
+def _env(opts: Mapping[str, Any]) -> list[str]:
+    """``env`` (fabricops_verify_perftest.env): NAME=value pairs put before perftest."""
+    return [f"{k}={v}" for k, v in sorted((opts.get("env") or {}).items())]
+
+
+def _args(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> list[str]:
+    hca, port = _dev(device)
+    argv = [
+        *(["env", *_env(opts)] if opts.get("env") else []),
+        test,
+        "-d",
+        hca,
+        "-i",
+        port,
+        "-p",
+        str(tcp_port),
+    ]
+    if test.endswith("_bw"):
+        argv += ["--report_gbits", "-s", str(opts["bw_size"]), "-q", str(opts["bw_qps"])]
+    else:
+        argv += ["-s", str(opts["lat_size"])]
+    return argv
+
+
+def server_command(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> str:
+    """Server side, bounded by ``timeout``; its pid is kept so a failed client can stop it."""
+    pidfile = f"{PID_DIR}/fabricops-verify-{tcp_port}.pid"
+    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts)])
+    return f"{argv} & p=$!; echo $p > {pidfile}; wait $p; rc=$?; rm -f {pidfile}; exit $rc"
+
+
+def stop_server_command(tcp_port: int) -> str:
+    pidfile = f"{PID_DIR}/fabricops-verify-{tcp_port}.pid"
+    return f"if [ -f {pidfile} ]; then kill $(cat {pidfile}) 2>/dev/null; rm -f {pidfile}; fi; true"
+
+
+def client_command(test: str, device: str, tcp_port: int, server: str, opts: Mapping[str, Any]) -> str:
+    """Client side: retries while the server is not listening yet (perftest fails at once then)."""
+    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts), server])
+    retries = int(opts["connect_retries"])
+    return (
+        f"n=0; while :; do out=$({argv} 2>&1); rc=$?; "
+        f'case "$out" in *"Couldn\'t connect"*) n=$((n+1)); [ $n -ge {retries} ] && break; sleep 0.25;; '
+        f"*) break;; esac; done; printf '%s\\n' \"$out\"; exit $rc"
+    )
+
+
+# --- evaluation ----------------------------------------------------------------------------
+
+PAIR_CAUSES = [
+    (
+        "Port number",
+        "state is Down",
+        "{side_host} {side_dev}: port is down (perftest: 'Port number .. state is Down')",
+    ),
+    ("not found", "Unable to find the Infiniband/RoCE device", "{side_host} {side_dev}: HCA not found"),
+    (
+        "Completion with error",
+        "",
+        "no data path between the ports (transport retry count exceeded): "
+        "a switch port down, wrong cabling or partition, or a lossy RoCE path",
+    ),
+    (
+        "Couldn't connect",
+        "",
+        "the server on {host_b} did not accept the connection: perftest server failed "
+        "to start (port down?) or {host_b} is unreachable on its perftest address",
+    ),
+    ("command not found", "", "{side_host}: perftest is not installed (MLNX_OFED perftest package)"),
+]
+
+
+def _diagnose(test: RailTest, client: Mapping[str, Any], server: Mapping[str, Any]) -> str | None:
+    sides = [(client, test.host_a, test.dev_a), (server, test.host_b, test.dev_b)]
+    for res, host, dev in sides:
+        text = f"{res.get('stdout') or ''}\n{res.get('stderr') or ''}"
+        for a, b, cause in PAIR_CAUSES:
+            if a in text and b in text:
+                return cause.format(side_host=host, side_dev=dev, host_b=test.host_b)
+        if res.get("rc") == 127:
+            return f"{host}: perftest is not installed (MLNX_OFED perftest package)"
+        if res.get("rc") == 124:
+            return f"{host}: perftest timed out"
+    return None
+
+
+def evaluate(
+    test: RailTest,
+    name: str,
+    client: Mapping[str, Any],
+    server: Mapping[str, Any],
+    profile: Profile,
+    port_rate: float,
+    wall_s: float | None = None,
+) -> CheckResult:
+    """One ``ib_write_bw`` / ``ib_write_lat`` result for a rail test."""
+    thr = threshold_for(profile, name, port_rate=port_rate)
+    base = dict(
+        category="pairs",
+        check=name,
+        host=test.pair,
+        device=f"{test.dev_a}<->{test.dev_b}",
+        threshold=thr.value,
+        op=thr.op,
+        unit=thr.unit,
+        source=thr.source,
+    )
+    details: dict[str, Any] = {
+        "rail": test.rail,
+        "client": test.host_a,
+        "server": test.host_b,
+        "client_rc": client.get("rc"),
+        "server_rc": server.get("rc"),
+        "basis": thr.basis,
+        "wall_s": wall_s,
+    }
+    label = test.label
+    if client.get("rc") != 0:
+        cause = _diagnose(test, client, server) or "perftest failed"
+        tail = ((client.get("stdout") or "") + (client.get("stderr") or "")).strip().splitlines()
+        details["output_tail"] = tail[-3:]
+        return CheckResult(
+            status=FAIL, message=f"{label}: {name} failed ({cause})", cause=cause, details=details, **base
+        )
+    try:
+        if name.endswith("_bw"):
+            rec = parse("perftest-bw", client.get("stdout") or "")
+            if rec.units != "Gb/sec" or not rec.results:
+                raise ParseError("perftest-bw", "a --report_gbits result row", f"units {rec.units}")
+            measured = rec.results[-1].bw_average
+        else:
+            rec = parse("perftest-lat", client.get("stdout") or "")
+            if not rec.results or rec.results[0].t_typical_us is None:
+                raise ParseError("perftest-lat", "a result row with t_typical")
+            measured = rec.results[0].t_typical_us
+    except ParseError as exc:
+        return CheckResult(status=ERROR, message=f"{label}: {name}: {exc}", details=details, **base)
+    ok = thr.passes(measured)
+    unit = thr.unit
+    msg = f"{label}: {name} {measured:g} {unit} ({thr.op} {thr.value:g})"
+    cause = None
+    if not ok:
+        cause = f"below {thr.basis}" if name.endswith("_bw") else f"above {thr.basis}"
+        cause += ": a degraded port or link on the path, congestion, or a lossy RoCE path"
+    return CheckResult(
+        status=PASS if ok else FAIL, message=msg, measured=measured, cause=cause, details=details, **base
+    )
+
+
+# --- blame ---------------------------------------------------------------------------------
+
+
+def blame(results: Sequence[CheckResult]) -> dict[tuple[str, int], list[str]]:
+    """(host, rail) -> the distinct peers it failed with, for the hosts to blame.
+
+    Per rail, the failed pairs (after the re-run) form edges; the host with the most distinct
+    failing peers (at least two) is blamed and its edges are removed; repeat. Edges left over are
+    pair-specific failures and blame no host.
+    """
+    edges: dict[int, set[tuple[str, str]]] = {}
+    for r in results:
+        if r.category != "pairs" or r.ok:
+            continue
+        a, b = r.details.get("client"), r.details.get("server")
+        if a and b:
+            edges.setdefault(int(r.details.get("rail", 0)), set()).add(tuple(sorted((a, b))))
+    out: dict[tuple[str, int], list[str]] = {}
+    for rail, es in sorted(edges.items()):
+        remaining = set(es)
+        while True:
+            peers: dict[str, set[str]] = {}
+            for a, b in remaining:
+                peers.setdefault(a, set()).add(b)
+                peers.setdefault(b, set()).add(a)
+            if not peers:
+                break
+            host = max(sorted(peers), key=lambda h: len(peers[h]))
+            if len(peers[host]) < 2:
+                break
+            out[(host, rail)] = sorted(peers[host])
+            remaining = {e for e in remaining if host not in e}
+    return out
+
+
+def annotate(
+    results: Sequence[CheckResult], host_results: Sequence[CheckResult] = (), n_hosts: int = 0
+) -> None:
+    """Write blame and likely cause into failed pair results (in place)."""
+    blamed = blame(results)
+    host_fail = {}
+    for hr in host_results:
+        if not hr.ok and hr.device:
+            host_fail.setdefault((hr.host, hr.device), hr)
+    for r in results:
+        if r.category != "pairs" or r.ok:
+            continue
+        rail = int(r.details.get("rail", 0))
+        a, b = r.details.get("client"), r.details.get("server")
+        devs = (r.device or "").split("<->")
+        who = [h for h in (a, b) if (h, rail) in blamed]
+        r.details["blamed"] = who
+        if who:
+            h = who[0]
+            dev = devs[0] if h == a else devs[-1]
+            known = host_fail.get((h, dev))
+            why = known.cause if known is not None and known.cause else r.cause
+            r.cause = (
+                f"{h} {dev}: fails with {len(blamed[(h, rail)])} different peers "
+                f"({', '.join(blamed[(h, rail)])}); {why}"
+            )
+        else:
+            hints = [host_fail[(h, d)] for h, d in ((a, devs[0]), (b, devs[-1])) if (h, d) in host_fail]
+            if hints:
+                r.cause = f"{hints[0].host} {hints[0].device}: {hints[0].cause}"
+            elif n_hosts == 2:
+                r.cause = f"only one peer: cannot tell which host; {r.cause}"
+            else:
+                r.cause = (
+                    f"pair-specific (each host passes with its other peers): the path between them; {r.cause}"
+                )
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+@dataclass
+class PairRun:
+    results: list[CheckResult] = field(default_factory=list)
+    rounds: int = 0
+    round_wall_s: list[float] = field(default_factory=list)
+    rerun_wall_s: float = 0.0
+    wall_s: float = 0.0
+    reruns: int = 0
+
+
+def run_test(
+    run: RunFn,
+    test: RailTest,
+    addresses: Mapping[str, str],
+    profile: Profile,
+    port_rate: float,
+    opts: Mapping[str, Any],
+    tests: Sequence[str] = TESTS,
+) -> list[CheckResult]:
+    """Run each perftest of one rail test (server on the peer first, then the client)."""
+    out = []
+    tcp = int(opts["base_port"]) + test.rail
+    for name in tests:
+        server_res: dict[str, Any] = {}
+
+        def serve(name: str = name, box: dict[str, Any] = server_res) -> None:
+            box.update(run(test.host_b, server_command(name, test.dev_b, tcp, opts), opts["timeout_s"] + 10))
+
+        t0 = time.monotonic()
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        time.sleep(float(opts.get("server_start_s", 0.2)))
+        client = dict(
+            run(
+                test.host_a,
+                client_command(name, test.dev_a, tcp, addresses[test.host_b], opts),
+                opts["timeout_s"] + 30,
+            )
+        )
+        if client.get("rc") != 0:
+            run(test.host_b, stop_server_command(tcp), 30)
+        th.join(opts["timeout_s"] + 15)
+        if th.is_alive():
+            server_res = {"rc": None, "stdout": "", "stderr": "server did not return"}
+        out.append(evaluate(test, name, client, server_res, profile, port_rate, time.monotonic() - t0))
+    return out
+
+
+def run_pairs(
+    run: RunFn,
+    hosts: Sequence[str],
+    rails: Mapping[str, Sequence[str]],
+    addresses: Mapping[str, str],
+    profile: Profile,
+    port_rate: float,
+    opts: Mapping[str, Any],
+    *,
+    progress: Callable[[str], None] | None = None,
+    serial: bool = False,
+    rerun: bool = True,
+    tests: Sequence[str] = TESTS,
+) -> PairRun:
+    """All rounds in parallel (or one test at a time with ``serial``), then failed tests alone."""
+    say = progress or (lambda _m: None)
+    rounds = plan(hosts, rails)
+    pr = PairRun(rounds=len(rounds))
+    t_start = time.monotonic()
+    by_test: dict[RailTest, list[CheckResult]] = {}
+    for i, rnd in enumerate(rounds, 1):
+        t0 = time.monotonic()
+        say(f"pairs round {i}/{len(rounds)}: " + ", ".join(sorted({t.pair for t in rnd})))
+        if serial:
+            for t in rnd:
+                by_test[t] = run_test(run, t, addresses, profile, port_rate, opts, tests)
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, len(rnd))) as pool:
+                futs = {
+                    t: pool.submit(run_test, run, t, addresses, profile, port_rate, opts, tests) for t in rnd
+                }
+                for t, f in futs.items():
+                    by_test[t] = f.result()
+        pr.round_wall_s.append(time.monotonic() - t0)
+        bad = sum(1 for t in rnd for r in by_test[t] if not r.ok)
+        say(
+            f"pairs round {i}/{len(rounds)} done in {pr.round_wall_s[-1]:.1f} s"
+            + (f", {bad} failed" if bad else "")
+        )
+    if rerun:
+        t0 = time.monotonic()
+        for t, res in list(by_test.items()):
+            if all(r.ok for r in res):
+                continue
+            say(f"re-running alone: {t.label}")
+            pr.reruns += 1
+            again = run_test(run, t, addresses, profile, port_rate, opts, tests)
+            for old, new in zip(res, again, strict=True):
+                new.details["first_attempt"] = {
+                    "status": old.status,
+                    "measured": old.measured,
+                    "message": old.message,
+                }
+                new.details["rerun"] = True
+            by_test[t] = again
+        pr.rerun_wall_s = time.monotonic() - t0
+    for t in sorted(by_test, key=lambda x: (x.host_a, x.host_b, x.rail)):
+        pr.results.extend(by_test[t])
+    pr.wall_s = time.monotonic() - t_start
+    return pr

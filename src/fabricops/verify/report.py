@@ -1,0 +1,197 @@
+"""Reports of a verification run: JSON (schema below), JUnit XML, and the terminal summary.
+
+JSON (``schema: fabricops.verify/1``)::
+
+    {"schema", "ok", "profile", "only", "hosts": [..], "wall_s",
+     "summary": {"total", "passed", "failed", "errors", "skipped"},
+     "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns"} | null,
+     "blamed": [{"host", "rail", "peers"}],
+     "results": [CheckResult.to_data()...]}
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from typing import Any
+
+from fabricops.verify.pairs import blame
+from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
+
+SCHEMA = "fabricops.verify/1"
+
+
+def summary(results: list[CheckResult]) -> dict[str, int]:
+    count = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, ERROR, SKIP)}
+    return {
+        "total": len(results),
+        "passed": count[PASS],
+        "failed": count[FAIL],
+        "errors": count[ERROR],
+        "skipped": count[SKIP],
+    }
+
+
+def to_data(run: Any) -> dict[str, Any]:
+    pr = run.pairs
+    return {
+        "schema": SCHEMA,
+        "ok": run.ok,
+        "profile": run.profile,
+        "only": run.only,
+        "hosts": list(run.hosts),
+        "wall_s": round(run.wall_s, 3),
+        "summary": summary(run.results),
+        "pairs": None
+        if pr is None
+        else {
+            "rounds": pr.rounds,
+            "round_wall_s": [round(x, 3) for x in pr.round_wall_s],
+            "rerun_wall_s": round(pr.rerun_wall_s, 3),
+            "wall_s": round(pr.wall_s, 3),
+            "reruns": pr.reruns,
+        },
+        "blamed": [
+            {"host": h, "rail": rail, "peers": peers}
+            for (h, rail), peers in sorted(blame(run.results).items())
+        ],
+        "results": [r.to_data() for r in run.results],
+    }
+
+
+def to_json(run: Any) -> str:
+    return json.dumps(to_data(run), indent=2, sort_keys=False, default=str) + "\n"
+
+
+def to_junit(run: Any) -> str:
+    """JUnit XML: one <testsuite> per category, one <testcase> per result."""
+    root = ET.Element("testsuites", name="fabricops verify")
+    by_cat: dict[str, list[CheckResult]] = defaultdict(list)
+    for r in run.results:
+        by_cat[r.category].append(r)
+    tot = summary(run.results)
+    root.set("tests", str(tot["total"]))
+    root.set("failures", str(tot["failed"]))
+    root.set("errors", str(tot["errors"]))
+    root.set("skipped", str(tot["skipped"]))
+    root.set("time", f"{run.wall_s:.3f}")
+    for cat in sorted(by_cat):
+        rs = by_cat[cat]
+        s = summary(rs)
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"fabricops.verify.{cat}",
+            tests=str(s["total"]),
+            failures=str(s["failed"]),
+            errors=str(s["errors"]),
+            skipped=str(s["skipped"]),
+        )
+        for r in rs:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"fabricops.verify.{cat}.{r.check}",
+                name=" ".join(x for x in (r.host, r.device) if x),
+            )
+            wall = r.details.get("wall_s") if isinstance(r.details, dict) else None
+            if wall is not None:
+                case.set("time", f"{float(wall):.3f}")
+            body = _body(r)
+            if r.status == FAIL:
+                ET.SubElement(case, "failure", message=r.message, type=r.check).text = body
+            elif r.status == ERROR:
+                ET.SubElement(case, "error", message=r.message, type=r.check).text = body
+            elif r.status == SKIP:
+                ET.SubElement(case, "skipped", message=r.message)
+            else:
+                ET.SubElement(case, "system-out").text = body
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _body(r: CheckResult) -> str:
+    lines = [r.message]
+    if r.measured is not None or r.threshold is not None:
+        lines.append(f"measured: {r.measured} {r.unit or ''}  threshold: {r.op or ''} {r.threshold}".rstrip())
+    if r.cause:
+        lines.append(f"likely cause: {r.cause}")
+    if r.source:
+        lines.append(f"threshold source: {r.source}")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def terminal(run: Any) -> str:
+    """The summary a person reads at a glance."""
+    s = summary(run.results)
+    head = "PASS" if run.ok else "FAIL"
+    out = [
+        f"fabricops verify: {head}  (profile {run.profile}, {len(run.hosts)} hosts, {s['total']} checks: "
+        f"{s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped) "
+        f"in {run.wall_s:.1f} s",
+        "",
+    ]
+    cats = [c for c in ("hosts", "gpus", "pairs") if any(r.category == c for r in run.results)]
+    per: dict[str, dict[str, list[CheckResult]]] = defaultdict(lambda: defaultdict(list))
+    for r in run.results:
+        for h in r.host.split("<->"):
+            per[h][r.category].append(r)
+    blamed = blame(run.results)
+    width = max([4, *(len(h) for h in run.hosts)])
+    out.append(f"{'HOST':<{width}}  " + "  ".join(f"{c:<8}" for c in cats) + "  verdict")
+    for h in run.hosts:
+        cells, bad_msgs = [], []
+        for c in cats:
+            rs = per[h][c]
+            nbad = sum(1 for r in rs if not r.ok)
+            cells.append(f"{'ok' if rs and not nbad else ('-' if not rs else f'{nbad} FAIL'):<8}")
+            if c != "pairs":
+                bad_msgs += [r for r in rs if not r.ok]
+        rails = sorted(rail for (bh, rail) in blamed if bh == h)
+        verdict = "pass"
+        if bad_msgs or rails:
+            first = bad_msgs[0].message.split(": ", 1)[-1] if bad_msgs else ""
+            verdict = "FAIL" + (f": {first}" if first else "")
+            if rails:
+                verdict += (
+                    f"{';' if first else ':'} blamed by pair tests on rail(s) {', '.join(map(str, rails))}"
+                )
+        out.append(f"{h:<{width}}  " + "  ".join(cells) + f"  {verdict}")
+    pr = run.pairs
+    pair_rs = [r for r in run.results if r.category == "pairs" and r.check in ("ib_write_bw", "ib_write_lat")]
+    if pr is not None:
+        out += ["", f"PAIRS ({pr.rounds} rounds, {pr.wall_s:.1f} s; {pr.reruns} re-run alone)"]
+        rows: dict[tuple[str, str], dict[str, CheckResult]] = defaultdict(dict)
+        for r in pair_rs:
+            rows[(r.host, r.device or "")][r.check] = r
+        for (pair, dev), tests in rows.items():
+            a, b = pair.split("<->")
+            da, db = dev.split("<->")
+            cells = []
+            for name in ("ib_write_bw", "ib_write_lat"):
+                r = tests.get(name)
+                if r is None:
+                    cells.append(f"{name} -")
+                elif r.measured is None:
+                    cells.append(f"{name} {r.status.upper()}")
+                else:
+                    cells.append(f"{name} {_fmt(r.measured)} {r.unit} ({r.op} {_fmt(r.threshold)})")
+            ok = all(t.ok for t in tests.values())
+            out.append(f"  {a} {da} <-> {b} {db}  " + "  ".join(cells) + f"  {'pass' if ok else 'FAIL'}")
+    fails = [r for r in run.results if not r.ok]
+    if fails:
+        out += ["", "FAILURES"]
+        for r in fails:
+            out.append(f"  [{r.category}/{r.check}] {r.message}")
+            if r.cause:
+                out.append(f"      likely cause: {r.cause}")
+    skipped = [r for r in run.results if r.status == SKIP]
+    if skipped:
+        out += ["", "NOT PLANNED (skipped)"]
+        out += [f"  [{r.category}/{r.check}] {r.message}" for r in skipped]
+    return "\n".join(out) + "\n"

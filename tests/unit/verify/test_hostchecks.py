@@ -1,0 +1,264 @@
+"""Host and GPU checks on emulated outputs (the lab's tools in-process) and real captures."""
+# ruff: noqa: F811  -- the fixtures are imported from verify_emu and used as arguments
+
+from __future__ import annotations
+
+import pytest
+from conftest import read_fixture
+from verify_emu import SWITCH_LAYERS, collect, emu, hostvars  # noqa: F401
+
+from fabricops.verify import hostchecks
+from fabricops.verify.expect import PortExpect, host_expect, ofed_version
+from fabricops.verify.result import ERROR, FAIL, PASS, SKIP
+
+
+def _expect(hostvars, **kw):
+    return host_expect("gpu03", hostvars, switch_link_layers=SWITCH_LAYERS, **kw)
+
+
+def _by(results, check):
+    return [r for r in results if r.check == check]
+
+
+def _failed(results):
+    return [r for r in results if not r.ok]
+
+
+def test_healthy_host_passes_every_hardware_check(emu, hostvars, collect):
+    exp = _expect(hostvars, skip=["roce_qos"])
+    res = hostchecks.evaluate(exp, collect(exp))
+    assert _failed(res) == []
+    assert {r.check for r in res if r.status == PASS} == {
+        "ofed_version",
+        "hca_port",
+        "error_counters",
+        "gpu_count",
+        "gpu_model",
+        "nvlink",
+        "gpu_topology",
+        "nic_gpu_affinity",
+    }
+    ports = {r.device: r for r in _by(res, "hca_port")}
+    assert set(ports) == {"mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"}
+    assert ports["mlx5_0/1"].measured == 400 and ports["mlx5_0/1"].details["width"] == "4X"
+    assert len(_by(res, "nvlink")) == 8
+    assert [r.device for r in _by(res, "nic_gpu_affinity")] == ["mlx5_0", "mlx5_1"]  # compute rails only
+
+
+def test_port_down_fails_hca_port_naming_host_device_cause(emu, hostvars, collect):
+    p = emu.port("mlx5_0")
+    p.update(state="DOWN", phys_state="Disabled", rate_gbps=10, speed="SDR", lid=0, sm_lid=0)
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [(r.check, r.device) for r in bad] == [("hca_port", "mlx5_0/1")]
+    assert bad[0].status == FAIL
+    assert "gpu03 mlx5_0/1 (ibp26s0): state Down, physical state Disabled" in bad[0].message
+    assert bad[0].cause.startswith("link down")
+
+
+def test_port_width_2x_fails_with_width_cause(emu, hostvars, collect):
+    emu.port("mlx5_1").update(width="2X", rate_gbps=200)
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [(r.check, r.device) for r in bad] == [("hca_port", "mlx5_1/1")]
+    assert bad[0].measured == 200 and bad[0].threshold == 400
+    assert "width 2X, expected 4X" in bad[0].message
+    assert "trained at 2X instead of 4X" in bad[0].cause
+
+
+def test_lower_speed_is_named(emu, hostvars, collect):
+    emu.port("mlx5_0").update(speed="HDR", rate_gbps=200)
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [r.device for r in bad] == ["mlx5_0/1"]
+    assert "negotiated HDR instead of NDR" in bad[0].cause
+
+
+def test_flapping_counters_fail_and_baseline_counts_increase(emu, hostvars, collect):
+    emu.port("mlx5_0").update(link_flaps=8, symbol_errors=500)
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [(r.check, r.device) for r in bad] == [("error_counters", "mlx5_0/1")]
+    assert bad[0].measured == {"SymbolErrorCounter": 500, "LinkDownedCounter": 8}
+    assert bad[0].details["flapping"] is True
+    assert "flapping" in bad[0].cause
+    # the same counters as a baseline: no increase, pass
+    base = {"mlx5_0/1": {"SymbolErrorCounter": 500, "LinkDownedCounter": 8}}
+    exp2 = _expect(hostvars, skip=["roce_qos"], counter_baseline=base)
+    res = _by(hostchecks.evaluate(exp2, collect(exp2)), "error_counters")
+    assert all(r.status == PASS for r in res)
+    assert res[0].measured == {"SymbolErrorCounter": 0, "LinkDownedCounter": 0}
+
+
+def test_nvlink_inactive_fails_nvlink_and_topology(emu, hostvars, collect):
+    emu.hw["gpus"][2]["inactive_nvlinks"] = [5]
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert {(r.check, r.device) for r in bad} == {("nvlink", "GPU2"), ("gpu_topology", None)}
+    nv = _by(bad, "nvlink")[0]
+    assert "link(s) 5 inactive" in nv.message and nv.measured == 17 and nv.threshold == 18
+    topo = _by(bad, "gpu_topology")[0]
+    assert "GPU0-GPU2 NV17" in topo.message
+
+
+def test_gpu_missing_fails_count(emu, hostvars, collect):
+    del emu.hw["gpus"][5]
+    emu.sync()
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [(r.check, r.measured, r.threshold) for r in bad] == [("gpu_count", 7, 8)]
+    assert bad[0].message == "gpu03: 7 GPUs, expected 8"
+    assert "Xid 79" in bad[0].cause
+
+
+def test_wrong_ofed_fails_version(emu, hostvars, collect):
+    (emu.root / "usr/share/emulated-ofed/release").write_text("MLNX_OFED_LINUX-23.10-1.1.9.0\n")
+    exp = _expect(hostvars, skip=["roce_qos"])
+    bad = _failed(hostchecks.evaluate(exp, collect(exp)))
+    assert [(r.check, r.measured, r.threshold) for r in bad] == [
+        ("ofed_version", "23.10-1.1.9.0", "24.10-1.1.4.0")
+    ]
+    assert "pinned 24.10-1.1.4.0 (fabricops_ofed.default_version)" in bad[0].message
+
+
+def test_ofed_missing_fails_closed(tmp_path, monkeypatch, hostvars):
+    from verify_emu import EmuHost
+
+    monkeypatch.setenv("EMUL_ROOT", str(tmp_path))
+    emu = EmuHost(tmp_path, ofed=None)
+    exp = _expect(
+        hostvars,
+        skip=["roce_qos"],
+    )
+    raw = {k: emu.run("gpu03", c) for k, c in hostchecks.commands(exp).items()}
+    res = hostchecks.evaluate(exp, raw)
+    ofed = _by(res, "ofed_version")[0]
+    assert ofed.status == FAIL and "not installed" in ofed.message
+    counters = _by(res, "error_counters")
+    assert counters and all(r.status == ERROR for r in counters)
+
+
+def test_no_data_is_an_error_never_a_pass(hostvars):
+    exp = _expect(hostvars)
+    res = hostchecks.evaluate(exp, {})
+    assert res and not any(r.status == PASS for r in res)
+    assert {r.status for r in res} <= {ERROR, SKIP}
+    assert any(r.check == "gpu_count" and r.status == ERROR and "not run" in r.message for r in res)
+
+
+def test_no_pinned_ofed_version_is_an_error(emu, collect, hostvars):
+    hv = dict(hostvars)
+    del hv["fabricops_ofed"]
+    exp = _expect(hv, skip=["roce_qos"])
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "ofed_version")[0]
+    assert r.status == ERROR and "no pinned MLNX_OFED version" in r.message
+
+
+def test_ofed_version_variable_order():
+    assert ofed_version(
+        {"mlnx_ofed_version": "24.10-1.1.4.0", "fabricops_ofed": {"default_version": "23.10-1.1.9.0"}}
+    ) == ("24.10-1.1.4.0", "mlnx_ofed_version")
+    assert ofed_version(
+        {
+            "fabricops_verify_ofed_version_var": "site.ofed",
+            "site": {"ofed": "MLNX_OFED_LINUX-5.8"},
+            "mlnx_ofed_version": "x",
+        }
+    ) == ("5.8", "site.ofed")
+    assert ofed_version({}, "24.10-1.1.4.0") == ("24.10-1.1.4.0", "--ofed-version")
+    assert ofed_version({}) == (None, None)
+
+
+def test_roce_qos_unconfigured_fails_per_knob(emu, hostvars, collect):
+    exp = _expect(hostvars)
+    res = _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")
+    assert [r.device for r in res] == ["enp170s0f0np0", "enp170s0f1np1"]
+    r = res[0]
+    assert r.status == FAIL
+    assert (
+        "trust is pcp, want dscp" in r.message and "pfc is 0,0,0,0,0,0,0,0, want 0,0,0,1,0,0,0,0" in r.message
+    )
+    assert "traffic_class is unset, want 106" in r.message
+
+
+def test_roce_qos_configured_passes(emu, hostvars, collect):
+    nd = "enp170s0f0np0"
+    for argv in (
+        ["mlnx_qos", "-i", nd, "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"],
+        ["mlnx_qos", "-i", nd, "--dscp2prio", "set,26,3"],
+        ["mlnx_qos", "-i", nd, "--dscp2prio", "set,48,6"],
+        ["cma_roce_tos", "-d", "mlx5_2", "-p", "1", "-t", "106"],
+        ["cma_roce_mode", "-d", "mlx5_2", "-p", "1", "-m", "2"],
+    ):
+        assert emu.run("gpu03", " ".join(argv))["rc"] == 0
+    for prio in range(8):
+        for point in ("np", "rp"):
+            (emu.root / f"sys/class/net/{nd}/ecn/roce_{point}/enable/{prio}").write_text("1\n")
+    (emu.root / "sys/class/infiniband/mlx5_2/tc/1/traffic_class").write_text("106\n")
+    (emu.root / f"sys/class/net/{nd}/ecn/roce_np/cnp_dscp").write_text("48\n")
+    (emu.root / f"sys/class/net/{nd}/ecn/roce_np/cnp_802p_prio").write_text("6\n")
+    exp = _expect(hostvars)
+    res = {r.device: r for r in _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")}
+    assert res[nd].status == PASS, res[nd].message
+    assert res["enp170s0f1np1"].status == FAIL
+
+
+def test_roce_definition_that_does_not_validate_is_an_error(emu, hostvars, collect):
+    hv = dict(hostvars, fabricops_roce={"dscp": 26, "tos": 106})  # "tos" is not a key of the definition
+    exp = _expect(hv)
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")[0]
+    assert r.status == ERROR and "fabricops_roce does not validate" in r.message
+
+
+def test_nccl_profile_consistency(emu, hostvars, collect):
+    hv = dict(hostvars, nccl_profile_name="ib")
+    exp = _expect(hv, skip=["roce_qos"])
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
+    assert r.status == FAIL and "is missing" in r.message
+    (emu.root / "etc").mkdir()
+    (emu.root / "etc/nccl.conf").write_text("NCCL_IB_DISABLE=0\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n")
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
+    assert r.status == PASS
+    emu.port("mlx5_1").update(state="DOWN", phys_state="Disabled")
+    emu.sync()
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
+    assert r.status == FAIL and "not up: mlx5_1:1" in r.message
+
+
+def test_not_planned_checks_are_skipped_not_passed(emu, hostvars, collect):
+    hv = dict(hostvars)
+    del hv["fabricops_roce"]
+    exp = _expect(hv)
+    res = hostchecks.evaluate(exp, collect(exp))
+    assert {r.check for r in res if r.status == SKIP} == {"roce_qos", "nccl_profile", "ipoib"}
+
+
+def test_real_ibstat_capture_down_port_is_flagged():
+    text = read_fixture("ibstat", "h100_cx7_ib_cx6dx_eth_down.txt")
+    from fabricops.parsers import parse
+
+    rec = parse("ibstat", text)
+    cas = [(ca.name, p.port, p.state, p.link_layer) for ca in rec.cas for p in ca.ports]
+    ports = [PortExpect(name, port, None, layer) for name, port, _s, layer in cas]
+    hv = {"fabricops_hardware_profile": "hgx-h100-ndr"}
+    exp = host_expect("h1", hv)
+    exp.ports = ports
+    res = hostchecks.evaluate(exp, {"ibstat": {"rc": 0, "stdout": text}}, only="hosts")
+    port_res = {r.device: r for r in _by(res, "hca_port")}
+    for name, port, state, _layer in cas:
+        r = port_res[f"{name}/{port}"]
+        if state != "Active":
+            assert r.status == FAIL and f"state {state}" in r.message
+    assert any(r.status == FAIL for r in port_res.values())
+
+
+def test_missing_profile_is_refused():
+    from fabricops.model.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="fabricops_hardware_profile"):
+        host_expect("h1", {})
