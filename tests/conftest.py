@@ -1,29 +1,11 @@
-"""Shared test helpers.
-
-Fixtures under tests/fixtures/<tool>/ are real captured outputs; each file's first line names its
-public source (``# source: ...``) and is not part of the capture.
-"""
+"""Shared test helpers; real captures are read through tests/captures.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from captures import FIXTURES, fixture_names, read_fixture
 
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def read_fixture(tool: str, name: str) -> str:
-    """The capture in tests/fixtures/<tool>/<name>, without its source line."""
-    text = (FIXTURES / tool / name).read_text(encoding="utf-8")
-    first, _, rest = text.partition("\n")
-    if not first.startswith("# source:"):
-        raise AssertionError(f"fixture {tool}/{name} must start with '# source: <public source>'")
-    return rest
-
-
-def fixture_names(tool: str) -> list[str]:
-    return sorted(p.name for p in (FIXTURES / tool).iterdir() if p.is_file())
+__all__ = ["FIXTURES", "fixture_names", "read_fixture"]
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.facts import build_facts, gid_to_ipv4, sysfs_rate, sysfs_value
 

@@ -1,6 +1,6 @@
 """Every captured fixture names its public source on its first line."""
 
-from conftest import FIXTURES
+from captures import FIXTURES
 
 
 def test_every_fixture_names_its_source():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES, read_fixture
+from captures import FIXTURES, read_fixture
 
 from fabricops.cli import main
 from fabricops.parsers import PARSERS

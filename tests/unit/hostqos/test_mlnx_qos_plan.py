@@ -7,7 +7,7 @@ same-value twin that must plan nothing.
 from __future__ import annotations
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.hostqos import mlnx_qos as q
 from fabricops.hostqos.mlnx_qos import QosError, QosWant

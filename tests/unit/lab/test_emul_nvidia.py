@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.lab.emul.tools import main
 from fabricops.parsers.nvidia_smi import parse_nvlink, parse_q, parse_query, parse_topo

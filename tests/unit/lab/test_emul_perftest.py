@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.parsers.perftest import parse_bw, parse_lat
 

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.errors import ParseError
 from fabricops.lab.emul import devstate, hwctl, tools

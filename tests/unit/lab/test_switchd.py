@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 from netmiko import ConnectHandler
 from netmiko.exceptions import ConfigInvalidException, NetmikoAuthenticationException
 

@@ -1,5 +1,5 @@
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.errors import ParseError
 from fabricops.parsers.mlnx_qos import parse

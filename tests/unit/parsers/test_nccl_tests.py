@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.errors import ParseError
 from fabricops.model.collectives import busbw_factor

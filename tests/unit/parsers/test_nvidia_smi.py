@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import fixture_names, read_fixture
+from captures import fixture_names, read_fixture
 
 from fabricops.errors import ParseError
 from fabricops.parsers import get_parser, to_data

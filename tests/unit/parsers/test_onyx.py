@@ -1,7 +1,7 @@
 """Onyx parsers on real captures (ansible/ansible onyx fixtures) and on edge cases."""
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.errors import ParseError
 from fabricops.parsers import get_parser

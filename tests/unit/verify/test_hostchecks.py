@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 from verify_emu import SWITCH_LAYERS, collect, emu, hostvars  # noqa: F401
 
 from fabricops.verify import hostchecks

@@ -6,7 +6,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.model.profiles import load_profile
 from fabricops.verify import pairs, report
