@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Documentation only: fabricops.fabric.roce_switch runs on the controller (action plugin)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: roce_switch
+short_description: RoCE lossless QoS on NVIDIA Spectrum switches (Onyx and Cumulus NVUE) through netmiko
+description:
+  - Resource module for the RoCE QoS of one switch - lossless priority with PFC per port, trust (L3/DSCP),
+    DSCP to switch-priority map, ECN thresholds per traffic class, CNP priority and ETS, the lossless
+    buffer pool where the OS exposes it (NVUE C(qos roce mode)), PFC watchdog, and the ports it applies to.
+  - The desired state comes from the fabric-wide definition O(roce) (C(fabricops_roce), validated by
+    C(fabricops.model.roce), the same code the host role uses), so host and switch cannot disagree.
+  - Runs on the controller and opens its own netmiko session (C(mellanox_mlnxos) for Onyx,
+    C(cumulus_linux) for Cumulus) from the host's inventory - C(ansible_host), C(ansible_port),
+    C(ansible_user), C(ansible_password) (or C(roce_switch_password), or the environment variable
+    E(FABRICOPS_SWITCH_PASSWORD)). Credentials are never task arguments and never in the result.
+  - SSH host keys are checked against a known_hosts file - O(known_hosts), else C(roce_switch_known_hosts),
+    C(fabricops_known_hosts), C(fabricops_ssh_known_hosts), the C(UserKnownHostsFile) in
+    C(ansible_ssh_common_args), then C(~/.ssh/known_hosts). Unknown keys are rejected, never added.
+  - Onyx - commands are sent in config mode; on a rejected command, a dropped session or a failed check the
+    previous running configuration is restored over a new session and the task fails naming the switch and
+    the step; C(configuration write) is sent only after the change is verified.
+  - Cumulus NVUE - C(nv set)/C(nv unset) into a pending revision, C(nv config diff) decides whether anything
+    changed, C(nv config apply --confirm TIME -y), then a new session checks reachability and the applied
+    state before confirming; C(nv config save). On failure the pending revision is detached and an
+    unconfirmed apply is rolled back.
+version_added: 0.1.0
+author: fabricops contributors
+options:
+  state:
+    description:
+      - C(merged) sets what differs; C(replaced) also removes RoCE knobs the want does not hold,
+        globally and on the wanted ports; C(overridden) does so on every port; C(deleted) removes the
+        RoCE knobs globally and on the wanted ports; C(gathered) reads; C(rendered) computes commands
+        without a switch; C(parsed) reads O(running_config) text offline.
+    type: str
+    choices: [merged, replaced, overridden, deleted, gathered, rendered, parsed]
+    default: merged
+  roce:
+    description: The fabric-wide RoCE definition (C(fabricops_roce)); schema in docs/roce.md.
+    type: dict
+    default: {}
+  ports:
+    description:
+      - Switch ports to configure (C(Eth1/1), C(swp1)). Empty - the ports O(cabling) connects to this switch.
+    type: list
+    elements: str
+    default: []
+  cabling:
+    description: C(fabricops_cabling) - list of C(host), C(netdev), C(switch), C(switch_port) entries.
+    type: list
+    elements: dict
+    default: []
+  os:
+    description: C(onyx) or C(cumulus). Default - C(fabricops_switch_os), then C(ansible_network_os).
+    type: str
+  pfc_watchdog:
+    description: Enable the PFC watchdog (Onyx globally and per port, NVUE per port).
+    type: bool
+    default: true
+  ets_lossless_percent:
+    description:
+      - DWRR share of the lossless traffic class; traffic class 0 gets the rest, the CNP class is strict.
+    type: int
+    default: 50
+  buffer_pool:
+    description:
+      - NVUE lossless buffer pool layout (C(qos roce mode)) - C(lossless) or C(lossless-single-ipool).
+        C(default) is C(lossless) on Cumulus and unmanaged on Onyx (the lab's Onyx has no C(traffic pool)).
+    type: str
+    default: default
+  save:
+    description: Save after a verified change (Onyx C(configuration write), NVUE C(nv config save)).
+    type: bool
+    default: true
+  confirm_timeout:
+    description:
+      - NVUE C(nv config apply --confirm) time (C(30s), C(5m)); the apply rolls back unless confirmed.
+    type: str
+    default: 120s
+  discard_pending:
+    description: NVUE - detach a pending revision found before the change instead of failing.
+    type: bool
+    default: false
+  running_config:
+    description: For O(state=parsed) - Onyx C(show running-config) text or NVUE C(nv config show) YAML/JSON.
+    type: str
+  known_hosts:
+    description: known_hosts file for host-key checking (see above for the default order).
+    type: path
+  timeout:
+    description: SSH connect and authentication timeout in seconds.
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    support: full
+    details: Computes and returns the commands; sends only show commands.
+  diff_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: RoCE lossless on the switch ports the RoCE hosts are cabled to
+  fabricops.fabric.roce_switch:
+    roce: "{{ fabricops_roce }}"
+    cabling: "{{ fabricops_cabling }}"
+
+- name: Show what a replace would send, without a switch
+  fabricops.fabric.roce_switch:
+    state: rendered
+    os: onyx
+    roce: {lossless_priority: 3, dscp: 26}
+    ports: [Eth1/1, Eth1/2]
+  register: rendered
+
+- name: Read the RoCE configuration of the switch
+  fabricops.fabric.roce_switch:
+    state: gathered
+  register: gathered
+"""
+
+RETURN = r"""
+before:
+  description: Configured RoCE knobs before the task (C(global) and per-port C(ports)).
+  returned: when the switch was read
+  type: dict
+commands:
+  description: The configuration commands the state needs (sent unless in check mode).
+  returned: always
+  type: list
+  elements: str
+  sample: ["dcb priority-flow-control enable force", "interface ethernet 1/1-1/4 qos trust L3"]
+after:
+  description: Configured RoCE knobs after the task (predicted in check mode).
+  returned: when the switch was read
+  type: dict
+sent:
+  description: Every configuration command actually sent, including save / apply / confirm.
+  returned: when a change was applied
+  type: list
+  elements: str
+operational:
+  description: Effective state read from json-print (Onyx) or C(nv show qos roce -o json) (NVUE).
+  returned: when the switch was read
+  type: dict
+ports:
+  description: The switch ports the task manages.
+  returned: except for parsed
+  type: list
+  elements: str
+gathered:
+  description: The RoCE knobs read from the switch.
+  returned: state is gathered
+  type: dict
+rendered:
+  description: The commands for the wanted state against an empty switch.
+  returned: state is rendered
+  type: list
+  elements: str
+parsed:
+  description: The RoCE knobs read from O(running_config).
+  returned: state is parsed
+  type: dict
+"""

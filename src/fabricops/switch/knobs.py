@@ -1,0 +1,330 @@
+"""One table per switch OS: each knob both parses the device's configuration and renders commands.
+
+The house style is cisco.ios ``rm_templates``: a knob is declared once, and the same declaration is
+used to read it from the device and to write it back, so the parser and the renderer cannot drift.
+
+- **Onyx**: a knob is a running-config line template (``traffic-class {tc} congestion-control ecn
+  minimum-absolute {min_kb} maximum-absolute {max_kb}``). The regex that reads the line is derived
+  from the template; rendering fills the template. Per-port knobs are the commands after
+  ``interface ethernet 1/N``.
+- **NVUE**: a knob is a path in the applied revision's tree (``qos congestion-control default-global
+  traffic-class {tc} min-threshold``). Reading walks the tree along the path; rendering is
+  ``nv set <path> <value>`` / ``nv unset <path>``.
+
+A *fact* is ``(key, value)``: key = ``(knob name, *identifying fields)`` (the port first for per-port
+knobs), value = the remaining fields (one value, a tuple, or True for a presence-only line).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "NVUE_KNOBS",
+    "ONYX_KNOBS",
+    "Facts",
+    "Key",
+    "NvueKnob",
+    "OnyxKnob",
+    "bytes_value",
+    "nvue_facts",
+    "nvue_knob",
+    "onyx_facts",
+    "onyx_knob",
+]
+
+Key = tuple[Any, ...]
+Facts = dict[Key, Any]
+
+
+_ANY = r"\S+"
+
+
+def _conv(text: str) -> Any:
+    return int(text) if re.fullmatch(r"\d+", text) else text
+
+
+# --------------------------------------------------------------------------- Onyx
+
+
+@dataclass(frozen=True)
+class OnyxKnob:
+    name: str
+    template: str  #: the configuration line, with {fields}
+    keys: tuple[str, ...] = ()  #: fields that identify the instance (the rest is the value)
+    per_port: bool = False  #: an ``interface ethernet 1/N`` command
+    remove: str | None = None  #: the line that removes it; None: Onyx (or the lab) offers none
+    accept: str | None = None  #: a looser regex for reading (e.g. ``force`` optional)
+    field_re: Mapping[str, str] | None = None  #: per-field regex (default ``\\S+``)
+
+    @property
+    def fields(self) -> list[str]:
+        return re.findall(r"\{(\w+)\}", self.template)
+
+    def regex(self) -> re.Pattern[str]:
+        if self.accept:
+            return re.compile(self.accept + r"$")
+        out, pos = "", 0
+        for m in re.finditer(r"\{(\w+)\}", self.template):
+            out += re.escape(self.template[pos : m.start()])
+            pattern = (self.field_re or {}).get(m.group(1), _ANY)
+            out += f"(?P<{m.group(1)}>{pattern})"
+            pos = m.end()
+        return re.compile(out + re.escape(self.template[pos:]) + "$")
+
+    def parse(self, line: str, port: str | None = None) -> tuple[Key, Any] | None:
+        m = self.regex().match(line)
+        if not m:
+            return None
+        values = {k: _conv(v) for k, v in m.groupdict().items()}
+        key: Key = (self.name, *([port] if self.per_port else []), *(values[k] for k in self.keys))
+        rest = [values[f] for f in self.fields if f not in self.keys]
+        value = True if not rest else rest[0] if len(rest) == 1 else tuple(rest)
+        return key, value
+
+    def _values(self, key: Key, value: Any) -> dict[str, Any]:
+        ident = list(key[2:] if self.per_port else key[1:])
+        vals = dict(zip(self.keys, ident, strict=True))
+        rest = [f for f in self.fields if f not in self.keys]
+        if len(rest) == 1:
+            vals[rest[0]] = value
+        elif rest:
+            vals.update(zip(rest, value, strict=True))
+        return vals
+
+    def render(self, key: Key, value: Any) -> str:
+        """The configuration line (without the ``interface ethernet`` prefix for per-port knobs)."""
+        return self.template.format(**self._values(key, value))
+
+    def render_remove(self, key: Key, value: Any) -> str | None:
+        return None if self.remove is None else self.remove.format(**self._values(key, value))
+
+
+#: Onyx RoCE knobs, in the order commands are sent (global before per-port).
+ONYX_KNOBS: tuple[OnyxKnob, ...] = (
+    OnyxKnob(
+        "pfc",
+        "dcb priority-flow-control enable force",
+        remove="no dcb priority-flow-control enable",
+        accept=r"dcb priority-flow-control enable(?: force)?",
+    ),
+    OnyxKnob(
+        "pfc_priority",
+        "dcb priority-flow-control priority {priority} enable",
+        keys=("priority",),
+        remove="no dcb priority-flow-control priority {priority} enable",
+        field_re={"priority": r"[0-7]"},
+    ),
+    OnyxKnob(
+        "pfc_watchdog",
+        "dcb priority-flow-control watchdog enable",
+        remove="no dcb priority-flow-control watchdog enable",
+    ),
+    OnyxKnob(
+        "roce",
+        "roce {mode}",
+        remove="no roce",
+        field_re={"mode": r"lossless|lossy|semi-lossless"},
+    ),
+    OnyxKnob(
+        "port_pfc",
+        "dcb priority-flow-control mode on force",
+        per_port=True,
+        remove="no dcb priority-flow-control mode",
+        accept=r"dcb priority-flow-control mode on(?: force)?",
+    ),
+    OnyxKnob(
+        "port_trust",
+        "qos trust {trust}",
+        per_port=True,
+        remove="no qos trust",
+        field_re={"trust": r"L2|L3|both|port"},
+    ),
+    OnyxKnob(
+        "port_ecn",
+        "traffic-class {tc} congestion-control ecn minimum-absolute {min_kb} maximum-absolute {max_kb}",
+        keys=("tc",),
+        per_port=True,
+        remove="no traffic-class {tc} congestion-control",
+        field_re={"tc": r"[0-7]", "min_kb": r"\d+", "max_kb": r"\d+"},
+    ),
+    # Onyx has no "no" form for ETS that the lab accepts: an ETS setting is overwritten, never removed.
+    OnyxKnob(
+        "port_ets",
+        "traffic-class {tc} dcb ets {ets}",
+        keys=("tc",),
+        per_port=True,
+        field_re={"tc": r"[0-7]", "ets": r"strict|wrr \d+"},
+    ),
+    OnyxKnob("port_pfc_wd", "pfc-wd", per_port=True, remove="no pfc-wd"),
+)
+_ONYX_BY_NAME = {k.name: k for k in ONYX_KNOBS}
+
+
+def onyx_knob(name: str) -> OnyxKnob:
+    return _ONYX_BY_NAME[name]
+
+
+def onyx_facts(global_lines: Iterable[str], interfaces: Mapping[str, Iterable[str]]) -> Facts:
+    """Facts from running-config lines (``RunningConfigRecord.global_lines`` / ``.interfaces``).
+
+    Lines that no knob reads are ignored (hostname, VLANs, ...): they are not RoCE configuration.
+    A later line wins over an earlier one, as on the switch.
+    """
+    facts: Facts = {}
+    for line in global_lines:
+        for knob in ONYX_KNOBS:
+            if not knob.per_port and (hit := knob.parse(line)):
+                facts[hit[0]] = hit[1]
+                break
+    for port, lines in interfaces.items():
+        for line in lines:
+            for knob in ONYX_KNOBS:
+                if knob.per_port and (hit := knob.parse(line, port)):
+                    facts[hit[0]] = hit[1]
+                    break
+    return facts
+
+
+# --------------------------------------------------------------------------- NVUE
+
+_SIZE = re.compile(r"([\d.]+)\s*([KMG]?)B?", re.I)
+
+
+def bytes_value(value: Any) -> int | None:
+    """An NVUE size as set (``150KB``, ``1.5MB``, ``150000``) -> bytes; input units are decimal."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.fullmatch(str(value).strip())
+    if not m:
+        return None
+    return round(float(m.group(1)) * {"": 1, "K": 1000, "M": 10**6, "G": 10**9}[m.group(2).upper()])
+
+
+def _size_text(nbytes: int) -> str:
+    """Bytes -> what to type: 150000 -> '150KB' (NVUE reads KB as 1000 bytes on input)."""
+    if nbytes % 10**6 == 0:
+        return f"{nbytes // 10**6}MB"
+    if nbytes % 1000 == 0:
+        return f"{nbytes // 1000}KB"
+    return str(nbytes)
+
+
+@dataclass(frozen=True)
+class NvueKnob:
+    name: str
+    path: tuple[str, ...]  #: with {field} placeholders; the identifying fields, in key order
+    leaf: bool = True  #: ``nv set <path> <value>``; False: a presence node (``nv set <path>``)
+    per_port: bool = False  #: the first field is ``port`` (an ``interface`` path)
+    read: Callable[[Any], Any] = str  #: tree value -> fact value
+    write: Callable[[Any], str] = str  #: fact value -> what to type
+    unset: tuple[str, ...] | None = None  #: path to unset (default: ``path``)
+
+    @property
+    def keys(self) -> list[str]:
+        return [p[1:-1] for p in self.path if p.startswith("{")]
+
+    def render(self, key: Key, value: Any) -> str:
+        words = self._fill(self.path, key)
+        return "nv set " + " ".join(words) + (f" {self.write(value)}" if self.leaf else "")
+
+    def render_remove(self, key: Key, value: Any) -> str | None:
+        return "nv unset " + " ".join(self._fill(self.unset or self.path, key))
+
+    def _fill(self, path: tuple[str, ...], key: Key) -> list[str]:
+        vals = dict(zip(self.keys, key[1:], strict=True))
+        return [str(vals[p[1:-1]]) if p.startswith("{") else p for p in path]
+
+    def walk(self, tree: Mapping[str, Any]) -> list[tuple[Key, Any]]:
+        """Every instance of this knob in an NVUE tree (``nv show ... -o json`` of a revision)."""
+        out: list[tuple[Key, Any]] = []
+
+        def rec(node: Any, depth: int, ident: list[Any]) -> None:
+            if depth == len(self.path):
+                if self.leaf:
+                    val = _leaf(node)
+                    if val is not None:
+                        out.append(((self.name, *ident), self.read(val)))
+                else:
+                    out.append(((self.name, *ident), True))
+                return
+            if not isinstance(node, Mapping):
+                return
+            part = self.path[depth]
+            if part.startswith("{"):
+                for k in sorted(node, key=_natural):
+                    rec(node[k], depth + 1, [*ident, _conv(str(k))])
+            elif part in node:
+                rec(node[part], depth + 1, ident)
+
+        rec(tree, 0, [])
+        return out
+
+
+def _leaf(node: Any) -> Any:
+    """A leaf value; NVUE trees may also hold a bare value as a key with an empty mapping."""
+    if isinstance(node, Mapping):
+        if len(node) == 1 and next(iter(node.values())) in ({}, None):
+            return next(iter(node))
+        return None
+    return node
+
+
+def _natural(name: Any) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
+
+
+def _int(v: Any) -> int:
+    return int(str(v).strip().rstrip("%"))
+
+
+_CC = ("qos", "congestion-control", "default-global", "traffic-class", "{tc}")
+#: NVUE RoCE knobs (CL 5.x ``default-global`` profiles, which apply to every swp port).
+NVUE_KNOBS: tuple[NvueKnob, ...] = (
+    NvueKnob("roce_mode", ("qos", "roce", "mode"), unset=("qos", "roce")),
+    NvueKnob(
+        "pfc_priority",
+        ("qos", "pfc", "default-global", "switch-priority"),
+        read=lambda v: ",".join(str(x) for x in sorted(int(p) for p in str(v).split(",") if p.strip())),
+    ),
+    NvueKnob("trust", ("qos", "mapping", "default-global", "trust")),
+    NvueKnob(
+        "dscp_map",
+        ("qos", "mapping", "default-global", "dscp", "{dscp}", "switch-priority"),
+        read=_int,
+    ),
+    NvueKnob(
+        "sp_tc",
+        ("qos", "egress-queue-mapping", "default-global", "switch-priority", "{sp}", "traffic-class"),
+        read=_int,
+    ),
+    NvueKnob("ecn_enable", (*_CC, "ecn")),
+    NvueKnob("ecn_min", (*_CC, "min-threshold"), read=bytes_value, write=_size_text),
+    NvueKnob("ecn_max", (*_CC, "max-threshold"), read=bytes_value, write=_size_text),
+    NvueKnob("ecn_probability", (*_CC, "probability"), read=_int),
+    NvueKnob("ets_mode", ("qos", "egress-scheduler", "default-global", "traffic-class", "{tc}", "mode")),
+    NvueKnob(
+        "ets_bw",
+        ("qos", "egress-scheduler", "default-global", "traffic-class", "{tc}", "bw-percent"),
+        read=_int,
+    ),
+    NvueKnob("port_pfc_wd", ("interface", "{port}", "qos", "pfc-watchdog"), leaf=False, per_port=True),
+)
+_NVUE_BY_NAME = {k.name: k for k in NVUE_KNOBS}
+
+
+def nvue_knob(name: str) -> NvueKnob:
+    return _NVUE_BY_NAME[name]
+
+
+def nvue_facts(qos_tree: Mapping[str, Any] | None, interface_tree: Mapping[str, Any] | None) -> Facts:
+    """Facts from the applied revision: ``nv show qos`` and ``nv show interface`` (``-o json``)."""
+    tree = {"qos": qos_tree or {}, "interface": interface_tree or {}}
+    facts: Facts = {}
+    for knob in NVUE_KNOBS:
+        for key, value in knob.walk(tree):
+            facts[key] = value
+    return facts

@@ -1,0 +1,201 @@
+"""The RoCE QoS a switch should have, derived from the one fabric-wide definition.
+
+:func:`switch_spec` turns ``fabricops_roce`` (validated by :func:`fabricops.model.roce.validate`,
+the same code the host role uses) plus the switch-only options into a :class:`SwitchSpec`;
+:func:`want_facts` turns a spec into the knob facts of the switch's OS (see ``knobs.py``).
+Host and switch cannot disagree: priority, DSCP and ECN come from the same validated object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.model.roce import RoceConfig, validate
+
+from .knobs import Facts
+
+__all__ = [
+    "OS_NAMES",
+    "SwitchError",
+    "SwitchSpec",
+    "normalize_os",
+    "normalize_ports",
+    "ports_from_cabling",
+    "switch_spec",
+    "want_facts",
+]
+
+#: ansible_network_os / fabricops_switch_os spellings -> our OS name
+OS_NAMES = {
+    "onyx": "onyx",
+    "mellanox.onyx.onyx": "onyx",
+    "mellanox_mlnxos": "onyx",
+    "mlnxos": "onyx",
+    "cumulus": "cumulus",
+    "nvue": "cumulus",
+    "cumulus_linux": "cumulus",
+    "nvidia.nvue.nvue": "cumulus",
+}
+BUFFER_POOLS = {"onyx": (None,), "cumulus": (None, "lossless", "lossless-single-ipool")}
+
+
+class SwitchError(FabricopsError):
+    """A switch task that cannot go on; the message names the switch and the step."""
+
+
+def normalize_os(name: str | None) -> str:
+    os_name = OS_NAMES.get(str(name or "").strip().lower())
+    if os_name is None:
+        raise SwitchError(
+            f"switch OS {name!r} is not supported; set fabricops_switch_os to onyx or cumulus "
+            "(or ansible_network_os to onyx / cumulus)."
+        )
+    return os_name
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def normalize_ports(os_name: str, ports: Iterable[str]) -> list[str]:
+    """Onyx ``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted), Cumulus ``swpN`` (``swp1s0`` too)."""
+    out: set[str] = set()
+    for raw in ports:
+        p = str(raw).strip()
+        if os_name == "onyx":
+            m = re.fullmatch(r"(?i)(?:eth(?:ernet)?\s*)?(\d+/\d+(?:/\d+)?)", p)
+            if not m:
+                raise SwitchError(f"{p!r} is not an Onyx Ethernet port (write Eth1/1).")
+            out.add("Eth" + m.group(1))
+        else:
+            if not re.fullmatch(r"swp\d+(?:s\d+)?", p):
+                raise SwitchError(f"{p!r} is not a Cumulus switch port (write swp1).")
+            out.add(p)
+    return sorted(out, key=_natural)
+
+
+def ports_from_cabling(cabling: Sequence[Mapping[str, Any]] | None, switch: str) -> list[str]:
+    """The switch ports that host ports are cabled to (``fabricops_cabling`` entries of this switch)."""
+    ports = []
+    for entry in cabling or []:
+        if not isinstance(entry, Mapping):
+            raise SwitchError(
+                "fabricops_cabling must be a list of {host, netdev, switch, switch_port} items."
+            )
+        if entry.get("switch") == switch:
+            port = entry.get("switch_port", entry.get("port"))
+            if port in (None, ""):
+                raise SwitchError(f"fabricops_cabling entry {dict(entry)!r} for {switch} has no switch_port.")
+            ports.append(str(port))
+    return ports
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """The RoCE QoS of one switch (units: KB for ECN thresholds, percent for ETS and probability)."""
+
+    os: str  #: onyx | cumulus
+    roce: RoceConfig  #: the validated fabric-wide definition
+    ports: list[str]  #: switch ports facing RoCE host ports
+    pfc_watchdog: bool = True  #: PFC watchdog (storm protection) on the ports / globally
+    ets_lossless_percent: int = 50  #: DWRR share of the lossless class; the rest to class 0
+    buffer_pool: str | None = None  #: NVUE ``qos roce mode`` (lossless | lossless-single-ipool); None: leave
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trust(self) -> str:
+        return "L3" if self.roce.trust == "dscp" else "L2"
+
+
+def switch_spec(
+    os_name: str,
+    roce: Mapping[str, Any] | RoceConfig | None,
+    ports: Iterable[str],
+    *,
+    pfc_watchdog: bool = True,
+    ets_lossless_percent: int = 50,
+    buffer_pool: str | None = "default",
+) -> SwitchSpec:
+    """Validate everything a switch needs; raises :class:`FabricopsError` with one sentence."""
+    os_name = normalize_os(os_name)
+    cfg = roce if isinstance(roce, RoceConfig) else validate(roce)
+    port_list = normalize_ports(os_name, ports)
+    if not 1 <= int(ets_lossless_percent) <= 99:
+        raise SwitchError(f"roce_switch_ets_lossless_percent is {ets_lossless_percent}; use 1 to 99.")
+    if buffer_pool == "default":
+        buffer_pool = "lossless" if os_name == "cumulus" else None
+    if buffer_pool not in BUFFER_POOLS[os_name]:
+        allowed = ", ".join(str(b) for b in BUFFER_POOLS[os_name])
+        raise SwitchError(
+            f"roce_switch_buffer_pool {buffer_pool!r} is not available on {os_name} (allowed: {allowed})."
+        )
+    if os_name == "onyx":
+        # Onyx with trust L3 maps DSCP d to switch priority d >> 3 (26 -> 3, 48 -> 6); fabricops
+        # does not render a custom DSCP map for Onyx, so a definition that needs one must fail here.
+        bad = {d: p for d, p in cfg.dscp2prio.items() if cfg.trust == "dscp" and d >> 3 != p}
+        if bad:
+            pairs = ", ".join(f"DSCP {d} -> {p}" for d, p in bad.items())
+            raise SwitchError(
+                f"fabricops_roce needs {pairs}, but Onyx trust L3 maps DSCP d to priority d/8 and fabricops "
+                "renders no custom DSCP map for Onyx; choose DSCP values d with d/8 = priority."
+            )
+    return SwitchSpec(
+        os=os_name,
+        roce=cfg,
+        ports=port_list,
+        pfc_watchdog=bool(pfc_watchdog),
+        ets_lossless_percent=int(ets_lossless_percent),
+        buffer_pool=buffer_pool,
+    )
+
+
+def want_facts(spec: SwitchSpec) -> Facts:
+    """The knob facts of ``spec`` for its OS (keys as in ``knobs.py``)."""
+    r = spec.roce
+    lp, cnp = r.lossless_priority, r.cnp_priority
+    w = spec.ets_lossless_percent
+    facts: Facts = {}
+    if spec.os == "onyx":
+        # Onyx maps switch priority N to traffic class N: the ECN and ETS classes are the priorities.
+        facts[("pfc",)] = True
+        facts[("pfc_priority", lp)] = True
+        if spec.pfc_watchdog:
+            facts[("pfc_watchdog",)] = True
+        for p in spec.ports:
+            facts[("port_pfc", p)] = True
+            facts[("port_trust", p)] = spec.trust
+            facts[("port_ecn", p, lp)] = (r.ecn.min_kb, r.ecn.max_kb)
+            facts[("port_ets", p, cnp)] = "strict"
+            facts[("port_ets", p, lp)] = f"wrr {w}"
+            if lp != 0 and cnp != 0:
+                facts[("port_ets", p, 0)] = f"wrr {100 - w}"
+            if spec.pfc_watchdog:
+                facts[("port_pfc_wd", p)] = True
+        return facts
+    if spec.buffer_pool:
+        facts[("roce_mode",)] = spec.buffer_pool
+    facts[("pfc_priority",)] = str(lp)
+    facts[("trust",)] = "l3" if r.trust == "dscp" else "l2"
+    if r.trust == "dscp":
+        for d, prio in r.dscp2prio.items():
+            facts[("dscp_map", d)] = prio
+    facts[("sp_tc", lp)] = lp
+    facts[("sp_tc", cnp)] = cnp
+    facts[("ecn_enable", lp)] = "enable"
+    facts[("ecn_min", lp)] = r.ecn.min_kb * 1000
+    facts[("ecn_max", lp)] = r.ecn.max_kb * 1000
+    facts[("ecn_probability", lp)] = r.ecn.probability
+    facts[("ets_mode", cnp)] = "strict"
+    facts[("ets_mode", lp)] = "dwrr"
+    facts[("ets_bw", lp)] = w
+    if lp != 0 and cnp != 0:
+        facts[("ets_mode", 0)] = "dwrr"
+        facts[("ets_bw", 0)] = 100 - w
+    if spec.pfc_watchdog:
+        for p in spec.ports:
+            facts[("port_pfc_wd", p)] = True
+    return facts

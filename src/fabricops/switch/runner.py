@@ -1,0 +1,190 @@
+"""The whole ``fabricops.fabric.roce_switch`` task as one plain function (the action plugin is a shim).
+
+:func:`run` validates the input, reads the switch through the transport seam, computes the commands
+for the state, and applies them unless in check mode. It returns the module result: ``before``,
+``commands``, ``after``, ``diff``, ``changed`` (and ``gathered`` / ``rendered`` / ``parsed``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fabricops.errors import FabricopsError
+
+from . import transport
+from .knobs import Facts, nvue_facts
+from .model import SwitchError, normalize_os, normalize_ports, ports_from_cabling, switch_spec, want_facts
+from .resource import STATES, apply_facts, compute, config_lines, facts_from_onyx_config, gather, structured
+
+__all__ = ["run"]
+
+
+def _diff(os_name: str, switch: str, before: Facts, after: Facts) -> dict[str, str]:
+    def text(facts: Facts) -> str:
+        lines = config_lines(os_name, facts)
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    return {
+        "before": text(before),
+        "after": text(after),
+        "before_header": f"{switch} (RoCE configuration)",
+        "after_header": f"{switch} (RoCE configuration)",
+    }
+
+
+def _parsed_facts(os_name: str, running_config: str) -> Facts:
+    if os_name == "onyx":
+        return facts_from_onyx_config(running_config)
+    import json
+
+    import yaml
+
+    text = running_config.strip()
+    doc: Any = json.loads(text) if text[:1] in "[{" else yaml.safe_load(text)
+    if isinstance(doc, list):  # nv config show: [ {header: ...}, {set: {...}} ]
+        tree: dict[str, Any] = {}
+        for item in doc:
+            if isinstance(item, Mapping) and isinstance(item.get("set"), Mapping):
+                tree.update(item["set"])
+        doc = tree
+    if not isinstance(doc, Mapping):
+        raise SwitchError("running_config for cumulus must be the YAML/JSON of `nv config show`.")
+    return nvue_facts(doc.get("qos"), doc.get("interface"))
+
+
+def run(
+    *,
+    switch: str,
+    os_name: str,
+    state: str = "merged",
+    roce: Mapping[str, Any] | None = None,
+    ports: Sequence[str] | None = None,
+    cabling: Sequence[Mapping[str, Any]] | None = None,
+    pfc_watchdog: bool = True,
+    ets_lossless_percent: int = 50,
+    buffer_pool: str | None = "default",
+    check_mode: bool = False,
+    save: bool = True,
+    confirm_timeout: str = "120s",
+    discard_pending: bool = False,
+    running_config: str | None = None,
+    connector: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """One switch, one state. Raises :class:`FabricopsError` (one sentence naming switch and step)."""
+    if state not in STATES:
+        raise SwitchError(f"{switch}: state {state!r} is not one of {', '.join(STATES)}.")
+    os_name = normalize_os(os_name)
+    if state == "parsed":
+        if not running_config:
+            raise SwitchError(
+                f"{switch}: state parsed needs running_config (the device's configuration text)."
+            )
+        facts = _parsed_facts(os_name, running_config)
+        return {"changed": False, "parsed": structured(os_name, facts), "commands": []}
+    port_list = list(ports or []) or ports_from_cabling(cabling, switch)
+    spec = None
+    if state != "gathered":
+        if not port_list and state != "deleted":
+            raise SwitchError(
+                f"{switch}: no ports to configure: fabricops_cabling has no entry with switch: {switch} "
+                "and roce_switch_ports is empty."
+            )
+        try:
+            spec = switch_spec(
+                os_name,
+                roce,
+                port_list,
+                pfc_watchdog=pfc_watchdog,
+                ets_lossless_percent=ets_lossless_percent,
+                buffer_pool=buffer_pool,
+            )
+        except FabricopsError as exc:
+            raise SwitchError(f"{switch}: step 'validate' failed: {exc}") from None
+        port_list = spec.ports
+    else:
+        port_list = normalize_ports(os_name, port_list)
+    want = want_facts(spec) if spec else {}
+    if state == "rendered":
+        commands = compute("rendered", want, {}, os_name, port_list)
+        return {"changed": False, "rendered": commands, "commands": commands, "ports": port_list}
+
+    if connector is None:
+        raise SwitchError(f"{switch}: no connection details to reach the switch.")
+    step = "connect"
+    try:
+        conn = connector()
+    except FabricopsError:
+        raise
+    except Exception as exc:
+        raise SwitchError(
+            f"{switch}: step 'connect' failed: {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+    try:
+        step = "read"
+        try:
+            data = transport.get_roce_data(conn, os_name, port_list)
+            before, oper = gather(os_name, data, port_list)
+        except FabricopsError as exc:
+            raise SwitchError(f"{switch}: step 'read' failed: {exc}") from None
+        except Exception as exc:
+            raise SwitchError(
+                f"{switch}: step 'read' failed: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        result: dict[str, Any] = {
+            "changed": False,
+            "before": structured(os_name, before),
+            "operational": oper,
+            "ports": port_list,
+        }
+        if state == "gathered":
+            result.update(gathered=structured(os_name, before), commands=[])
+            return result
+        commands = compute(state, want, before, os_name, port_list)
+        predicted = apply_facts(state, want, before, os_name, port_list)
+        result["commands"] = commands
+        result["diff"] = _diff(os_name, switch, before, predicted)
+        if not commands:
+            result["after"] = result["before"]
+            return result
+        if check_mode:
+            result.update(changed=True, after=structured(os_name, predicted))
+            return result
+        sent_first: list[str] = []
+        if os_name == "cumulus":
+            sent_first = transport.require_no_pending(conn, switch, data, discard_pending)
+        step = "apply"
+        outcome = transport.apply(
+            conn,
+            commands,
+            os_name=os_name,
+            switch=switch,
+            reconnect=connector,
+            before_facts=before,
+            want=want,
+            state=state,
+            ports=port_list,
+            save=save,
+            confirm_timeout=confirm_timeout,
+        )
+        after = outcome.after or predicted
+        result.update(
+            changed=outcome.changed,
+            after=structured(os_name, after),
+            sent=sent_first + outcome.sent,
+            notes=outcome.notes,
+        )
+        if outcome.after_data:
+            result["operational_after"] = gather(os_name, outcome.after_data, port_list)[1]
+        result["diff"] = _diff(os_name, switch, before, after)
+        return result
+    finally:
+        del step
+        with contextlib.suppress(Exception):  # already closed by the apply flow
+            conn.disconnect()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return " ".join(" ".join(text).split())[:300] if text else "no detail"

@@ -1,0 +1,141 @@
+"""Resource states against the emulated switch engines, each with its idempotent twin."""
+
+from __future__ import annotations
+
+import pytest
+from captures import read_fixture
+
+from fabricops.errors import FabricopsError
+from fabricops.switch.model import switch_spec, want_facts
+from fabricops.switch.resource import apply_facts, compute
+from fabricops.switch.runner import run
+
+ROCE = {"lossless_priority": 3, "dscp": 26}
+ROCE4 = {"lossless_priority": 4, "dscp": 34, "ecn": {"min_kb": 200, "max_kb": 2000}}
+
+
+def _ports(rack, n):
+    if rack.os == "onyx":
+        return [f"Eth1/{i}" for i in range(1, n + 1)]
+    return [f"swp{i}" for i in range(1, n + 1)]
+
+
+def _run(rack, **kw):
+    kw.setdefault("roce", ROCE)
+    kw.setdefault("ports", _ports(rack, 4))
+    return run(switch=rack.switch.name, os_name=rack.os, connector=rack.connect, **kw)
+
+
+@pytest.mark.parametrize("state", ["merged", "replaced", "overridden"])
+def test_state_then_twin_sends_nothing(rack, state):
+    first = _run(rack, state=state)
+    assert first["changed"] is True and first["commands"]
+    rack.log.clear()
+    twin = _run(rack, state=state)
+    assert twin["changed"] is False and twin["commands"] == []
+    assert rack.config_lines() == []  # only show commands went out
+
+
+def test_overridden_moves_the_class_and_clears_other_ports(rack):
+    _run(rack, state="merged")
+    res = _run(rack, state="overridden", roce=ROCE4, ports=_ports(rack, 2))
+    assert res["changed"]
+    if rack.os == "onyx":
+        assert "no dcb priority-flow-control priority 3 enable" in res["commands"]
+        assert "interface ethernet 1/3-1/4 no qos trust" in res["commands"]
+        assert ("interface ethernet 1/1-1/2 traffic-class 4 congestion-control ecn minimum-absolute 200 "
+                "maximum-absolute 2000") in res["commands"]
+        rc = "\n".join(rack.state())
+        assert "priority 3 enable" not in rc and "interface ethernet 1/1-1/2 qos trust L3" in rc
+    else:
+        assert "nv set qos pfc default-global switch-priority 4" in res["commands"]
+        assert "nv unset interface swp3-4 qos pfc-watchdog" in res["commands"]
+        assert rack.switch.roce_view(rack.switch.applied)["pfc"] == [4]
+    rack.log.clear()
+    assert _run(rack, state="overridden", roce=ROCE4, ports=_ports(rack, 2))["commands"] == []
+    assert rack.config_lines() == []
+
+
+def test_replaced_leaves_other_ports_alone(onyx_rack):
+    _run(onyx_rack, state="merged", ports=["Eth1/1", "Eth1/2", "Eth1/3"])
+    res = _run(onyx_rack, state="replaced", ports=["Eth1/1"], roce=ROCE)
+    assert res["commands"] == []  # Eth1/2-3 are out of scope for replaced
+    res = _run(onyx_rack, state="overridden", ports=["Eth1/1"])
+    assert "interface ethernet 1/2-1/3 no qos trust" in res["commands"]
+
+
+def test_deleted_then_twin(rack):
+    _run(rack, state="merged")
+    res = _run(rack, state="deleted")
+    assert res["changed"] and all(("no " in c or "unset" in c) for c in res["commands"] if "ets" not in c)
+    rack.log.clear()
+    twin = _run(rack, state="deleted")
+    assert twin["commands"] == [] and rack.config_lines() == []
+    if rack.os == "cumulus":
+        assert rack.switch.applied.get("qos", {}).get("roce") is None
+
+
+def test_merged_keeps_foreign_settings(onyx_rack):
+    conn = onyx_rack.connect()
+    conn.enable()
+    conn.send_config_set(["roce lossless", "interface ethernet 1/7 qos trust L2"])
+    res = _run(onyx_rack, state="merged")
+    assert not any("roce" in c or "1/7" in c for c in res["commands"])
+    assert "roce lossless" in "\n".join(onyx_rack.state())
+    res = _run(onyx_rack, state="overridden")
+    assert "no roce" in res["commands"] and "interface ethernet 1/7 no qos trust" in res["commands"]
+
+
+def test_check_mode_sends_only_show_commands(rack):
+    res = _run(rack, check_mode=True)
+    assert res["changed"] and res["commands"]
+    assert rack.config_lines() == []
+    assert "+" not in res["diff"]["before"] and res["diff"]["after"].count("\n") >= len(res["commands"])
+    assert res["after"] != res["before"]
+
+
+def test_gathered_and_rendered(rack):
+    _run(rack, state="merged")
+    got = _run(rack, state="gathered")
+    assert got["commands"] == [] and got["gathered"] == got["before"]
+    if rack.os == "onyx":
+        assert got["gathered"]["global"]["pfc_priority"] == {"3": True}
+        assert got["gathered"]["ports"]["Eth1/2"]["port_trust"] == "L3"
+        assert got["operational"]["ports"]["Eth1/2"]["ecn"] == {"3": [150, 1500]}
+    else:
+        assert got["gathered"]["global"]["ecn_min"] == {"3": 150000}
+        assert got["operational"]["pfc_priority"] == 3
+    rendered = run(switch="x", os_name=rack.os, state="rendered", roce=ROCE, ports=_ports(rack, 2))
+    assert rendered["rendered"] == rendered["commands"] and rendered["commands"]
+
+
+def test_parsed_real_onyx_capture_and_nvue_config_show(nvue_rack):
+    text = read_fixture("onyx-running-config", "ansible-onyx-config.txt")
+    out = run(switch="sw", os_name="onyx", state="parsed", running_config=text)
+    assert out["parsed"]["global"]["pfc"] is True
+    assert set(out["parsed"]["ports"]) == {"Eth1/7", "Eth1/8", "Po1"}
+    _run(nvue_rack, state="merged")
+    shown = nvue_rack.connect().send_command("nv config show")
+    parsed = run(switch="sw", os_name="cumulus", state="parsed", running_config=shown)
+    assert parsed["parsed"]["global"]["pfc_priority"] == "3"
+    assert parsed["parsed"]["ports"]["swp4"] == {"port_pfc_wd": True}
+
+
+@pytest.mark.parametrize("os_name", ["onyx", "cumulus"])
+@pytest.mark.parametrize("state", ["merged", "replaced", "overridden", "deleted"])
+def test_model_twin_predicted_after_needs_nothing(os_name, state):
+    ports = ["Eth1/1", "Eth1/2"] if os_name == "onyx" else ["swp1", "swp2"]
+    other = ["Eth1/3"] if os_name == "onyx" else ["swp3"]
+    have = want_facts(switch_spec(os_name, ROCE4, ports + other))
+    want = want_facts(switch_spec(os_name, ROCE, ports))
+    after = apply_facts(state, want, have, os_name, ports)
+    assert compute(state, want, after, os_name, ports) == []
+
+
+def test_bad_input_fails_with_one_sentence(onyx_rack):
+    with pytest.raises(FabricopsError, match="leaf-onyx: no ports to configure"):
+        run(switch="leaf-onyx", os_name="onyx", roce=ROCE, connector=onyx_rack.connect)
+    with pytest.raises(FabricopsError, match=r"step 'validate' failed: fabricops_roce\.dscp"):
+        _run(onyx_rack, roce={"dscp": 99})
+    with pytest.raises(FabricopsError, match="not supported"):
+        run(switch="s", os_name="eos", state="rendered", roce=ROCE, ports=["Eth1/1"])
