@@ -1,0 +1,885 @@
+"""``fabricops diagnose``: collect the fabric evidence of hosts and name the likely cause.
+
+Evidence (per host, over the inventory's SSH, read-only commands): ``ibv_devinfo -v``, ``ibstat``,
+the port state, rate and error counters in sysfs, the RoCE hw_counters, ``mlnx_qos`` and
+``ethtool -S`` (two samples) per RoCE netdev, the DCQCN (ECN) switches in sysfs,
+``nvidia-smi nvlink --status``, ``ip -j addr``, ``/etc/nccl.conf``; IPoIB reachability between
+the hosts diagnosed; and, for switches in the inventory, their PFC/ECN state.
+
+Analysis (:func:`analyse`, pure, unit-tested) maps the evidence to the troubleshooting table in
+docs/troubleshooting.md. Each :class:`Finding` has a symptom, evidence, cause and remedy; findings
+are ordered by likelihood (a hard fault before the misconfiguration it would mask). A healthy
+fabric gives no finding. Exit status: 0 no finding, 1 findings, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError, ParseError
+from fabricops.monitor.collector import (
+    PFC_STATS,
+    SourceError,
+    parse_ethtool_stats,
+    parse_rate,
+    parse_state,
+)
+
+Raw = Mapping[str, Mapping[str, Any]]
+Run = Callable[[str, str, float], Mapping[str, Any]]
+
+SYMPTOM_HANG = "NCCL timeout / hang"
+SYMPTOM_SLOW = "bandwidth too low"
+SYMPTOM_STORM = "PFC storm (lossless priority stalled)"
+SYMPTOM_NVLINK = "NVLink failure (intra-node bandwidth drop)"
+
+# likelihood rank of each cause: a hard fault ranks above what it would also disturb
+LIKELIHOOD = {
+    "port_down": 100,
+    "nvlink_inactive": 95,
+    "port_degraded": 90,
+    "link_flapping": 85,
+    "symbol_errors": 80,
+    "pfc_storm": 75,
+    "connectivity": 72,
+    "ecn_one_side": 70,
+    "pfc_mismatch": 68,
+    "gid_index": 60,
+    "mtu_mismatch": 55,
+    "numa_affinity": 30,
+}
+
+SYSFS_CMD = (
+    "cd /sys/class/infiniband 2>/dev/null && grep -H '' */ports/*/state */ports/*/phys_state "
+    "*/ports/*/rate */ports/*/link_layer */ports/*/counters/symbol_error */ports/*/counters/link_downed "
+    "*/ports/*/counters/link_error_recovery */ports/*/counters/port_rcv_errors "
+    "*/ports/*/counters/port_xmit_discards */ports/*/hw_counters/np_cnp_sent "
+    "*/ports/*/hw_counters/rp_cnp_handled */ports/*/hw_counters/np_ecn_marked_roce_packets "
+    "*/ports/*/gid_attrs/types/* */device/numa_node 2>/dev/null; "
+    'for d in */device/net/*; do [ -e "$d" ] && echo "netdev:$d"; done; true'
+)
+BASE_COMMANDS = {
+    "sysfs": SYSFS_CMD,
+    "ibstat": "ibstat",
+    "ibv_devinfo": "ibv_devinfo -v",
+    "ip": "ip -j addr show",
+    "ecn": "grep -H '' /sys/class/net/*/ecn/roce_np/enable/* /sys/class/net/*/ecn/roce_rp/enable/* "
+    "2>/dev/null; true",
+    "nvlink": "nvidia-smi nvlink --status",
+    "nccl": "cat /etc/nccl.conf 2>/dev/null; true",
+}
+ETHTOOL_GAP_S = 2.0
+
+
+class DiagnoseError(FabricopsError):
+    exit_status = 2
+
+
+@dataclass
+class Finding:
+    host: str
+    kind: str
+    symptom: str
+    cause: str
+    evidence: list[str]
+    remedy: str
+    device: str | None = None
+    likelihood: int = 0
+
+
+@dataclass
+class Context:
+    """What the hosts should look like (from the inventory)."""
+
+    expected_rate_gbps: dict[str, float] = field(default_factory=dict)  # link layer -> Gb/s
+    lossless_priority: int | None = None
+    flaps_fail_at: int = 5
+    flaps_source: str = "Azure/azurehpc-health-checks customTests/azure_ib_link_flapping.nhc"
+    storm_share: float = 0.5
+    cabling: list[dict[str, Any]] = field(default_factory=list)
+    switches: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> normalised PFC/ECN state
+
+
+# --- evidence parsing --------------------------------------------------------------------------
+
+
+def _ok(raw: Raw, key: str) -> str | None:
+    item = raw.get(key)
+    if not item or item.get("rc", 1) != 0:
+        return None
+    return str(item.get("stdout") or "")
+
+
+def parse_sysfs(text: str) -> dict[str, Any]:
+    """The ``sysfs`` evidence -> {"ports": {"mlx5_0/1": {...}}, "netdevs": {dev: [names]}, "numa": {}}."""
+    ports: dict[str, dict[str, Any]] = {}
+    netdevs: dict[str, list[str]] = {}
+    numa: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("netdev:"):
+            parts = line[len("netdev:") :].split("/")
+            if len(parts) >= 4:
+                netdevs.setdefault(parts[0], []).append(parts[-1])
+            continue
+        path, sep, value = line.partition(":")
+        if not sep:
+            continue
+        parts = path.split("/")
+        if len(parts) == 3 and parts[1:] == ["device", "numa_node"]:
+            with contextlib.suppress(ValueError):
+                numa[parts[0]] = int(value)
+            continue
+        if len(parts) < 4 or parts[1] != "ports":
+            continue
+        key = f"{parts[0]}/{parts[2]}"
+        port = ports.setdefault(
+            key, {"device": parts[0], "port": int(parts[2]), "counters": {}, "gid_types": {}}
+        )
+        rest = parts[3:]
+        if len(rest) == 1:
+            port[rest[0]] = value.strip()
+        elif rest[0] in ("counters", "hw_counters") and value.strip().isdigit():
+            port["counters"][rest[1]] = int(value)
+        elif rest[:2] == ["gid_attrs", "types"] and len(rest) == 3:
+            port["gid_types"][int(rest[2])] = value.strip()
+    return {"ports": ports, "netdevs": netdevs, "numa": numa}
+
+
+def _netdev_for(port: Mapping[str, Any], netdevs: Mapping[str, list[str]]) -> str | None:
+    names = netdevs.get(port["device"]) or []
+    return names[0] if len(names) == 1 else (names[port["port"] - 1] if len(names) >= port["port"] else None)
+
+
+def parse_nccl_conf(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, _, v = line.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _ecn_points(text: str) -> dict[tuple[str, str, int], bool]:
+    """``/sys/class/net/IF/ecn/roce_np/enable/3:1`` lines -> {(IF, "roce_np", 3): True}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^/sys/class/net/([^/]+)/ecn/(roce_np|roce_rp)/enable/(\d):\s*(\d)", line.strip())
+        if m:
+            out[(m.group(1), m.group(2), int(m.group(3)))] = m.group(4) == "1"
+    return out
+
+
+def _ipv4(ip_json: str) -> dict[str, list[str]]:
+    try:
+        data = json.loads(ip_json or "[]")
+    except ValueError:
+        return {}
+    return {
+        d.get("ifname", ""): [a["local"] for a in d.get("addr_info", []) if a.get("family") == "inet"]
+        for d in data
+        if isinstance(d, dict)
+    }
+
+
+def _mtus(ip_json: str) -> dict[str, int]:
+    try:
+        data = json.loads(ip_json or "[]")
+    except ValueError:
+        return {}
+    return {d.get("ifname", ""): int(d.get("mtu") or 0) for d in data if isinstance(d, dict)}
+
+
+def _pfc_samples(text: str) -> tuple[dict[str, int], dict[str, int]] | None:
+    first, sep, second = text.partition("\n===\n")
+    try:
+        a = parse_ethtool_stats(first)
+        b = parse_ethtool_stats(second) if sep else a
+    except SourceError:
+        return None
+    return a, b
+
+
+# --- analysis ----------------------------------------------------------------------------------
+
+
+def _finding(
+    host: str,
+    kind: str,
+    symptom: str,
+    cause: str,
+    evidence: list[str],
+    remedy: str,
+    device: str | None = None,
+) -> Finding:
+    return Finding(host, kind, symptom, cause, evidence, remedy, device, LIKELIHOOD[kind])
+
+
+def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Finding]:
+    """Findings of one host from its evidence."""
+    out: list[Finding] = []
+    sysfs = parse_sysfs(_ok(raw, "sysfs") or "")
+    ports = sysfs["ports"]
+    for key, p in sorted(ports.items()):
+        dev = key
+        layer = p.get("link_layer", "InfiniBand")
+        try:
+            _, state = parse_state(p.get("state", ""))
+            _, phys = parse_state(p.get("phys_state", ""))
+            rate, lanes, speed = parse_rate(p.get("rate", ""))
+        except SourceError:
+            continue
+        netdev = _netdev_for(p, sysfs["netdevs"])
+        if state != "ACTIVE" or phys != "LinkUp":
+            out.append(
+                _finding(
+                    host,
+                    "port_down",
+                    f"{SYMPTOM_HANG}; {SYMPTOM_SLOW}",
+                    f"{dev} ({netdev or layer}) is down: cable pulled or dead, transceiver failed, or the "
+                    "switch "
+                    "port disabled; NCCL rings over this HCA hang or NCCL drops the HCA",
+                    [
+                        f"sysfs {dev}: state {p.get('state')}, phys_state {p.get('phys_state')}, rate "
+                        f"{p.get('rate')}"
+                    ],
+                    f"Check the cable and transceiver of {dev} and its switch port (`ibstat "
+                    f"{p['device']}`); reseat "
+                    "or replace; exclude the HCA from NCCL_IB_HCA until it is fixed.",
+                    dev,
+                )
+            )
+            continue
+        want = ctx.expected_rate_gbps.get(layer)
+        if want and rate / 1e9 < want:
+            cause = (
+                f"{dev} trained at {lanes}X instead of 4X: lanes lost to a damaged cable or dirty connector"
+                if lanes < 4
+                else f"{dev} negotiated {speed} ({rate / 1e9:g} Gb/s): "
+                "a cable or switch port of a lower generation"
+            )
+            out.append(
+                _finding(
+                    host,
+                    "port_degraded",
+                    SYMPTOM_SLOW,
+                    cause,
+                    [f"sysfs {dev}: rate {p.get('rate')}; profile expects {want:g} Gb/s"],
+                    "Replace or clean the cable/connector, check the switch port speed, then re-run "
+                    "fabricops verify.",
+                    dev,
+                )
+            )
+        downed = p["counters"].get("link_downed", 0)
+        if downed >= ctx.flaps_fail_at:
+            out.append(
+                _finding(
+                    host,
+                    "link_flapping",
+                    f"{SYMPTOM_HANG}; {SYMPTOM_SLOW}",
+                    f"{dev} link is flapping: marginal cable or transceiver (the link drops and retrains)",
+                    [
+                        f"sysfs {dev}: link_downed {downed} (fail at >= {ctx.flaps_fail_at}, "
+                        f"{ctx.flaps_source})",
+                        f"symbol_error {p['counters'].get('symbol_error', 0)}",
+                    ],
+                    "Drain the node, replace the cable or transceiver, then reset the counters "
+                    "(perfquery -R).",
+                    dev,
+                )
+            )
+        elif p["counters"].get("symbol_error", 0) > 0:
+            out.append(
+                _finding(
+                    host,
+                    "symbol_errors",
+                    SYMPTOM_SLOW,
+                    f"{dev}: bit errors on the link: marginal cable or transceiver",
+                    [
+                        f"sysfs {dev}: symbol_error {p['counters']['symbol_error']} (threshold 0, "
+                        "ibqueryerrors)"
+                    ],
+                    "Reseat or replace the cable/transceiver; watch FabricSymbolErrorsRising.",
+                    dev,
+                )
+            )
+
+    out += _roce_findings(host, raw, ctx, sysfs)
+    out += _nvlink_findings(host, raw)
+    out += _gid_findings(host, raw, sysfs)
+    return out
+
+
+def _roce_findings(host: str, raw: Raw, ctx: Context, sysfs: Mapping[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    ecn = _ecn_points(_ok(raw, "ecn") or "")
+    prio = ctx.lossless_priority
+    for key, p in sorted(sysfs["ports"].items()):
+        if p.get("link_layer") != "Ethernet":
+            continue
+        netdev = _netdev_for(p, sysfs["netdevs"])
+        if not netdev:
+            continue
+        samples = _pfc_samples(_ok(raw, f"ethtool:{netdev}") or "")
+        if samples:
+            a, b = samples
+            storm = []
+            for pr in range(8):
+                for pattern, (_metric, scale) in PFC_STATS.items():
+                    if "duration" not in pattern:
+                        continue
+                    name = pattern.format(p=pr)
+                    if name in a and name in b:
+                        share = (b[name] - a[name]) * scale / ETHTOOL_GAP_S
+                        if share > ctx.storm_share:
+                            storm.append(
+                                f"ethtool -S {netdev}: {name} +{b[name] - a[name]} us in "
+                                f"{ETHTOOL_GAP_S:g} s ({share:.0%} of the time paused)"
+                            )
+            for name in ("tx_pause_storm_error_events", "tx_pause_storm_warning_events"):
+                if b.get(name, 0) > 0:
+                    storm.append(f"ethtool -S {netdev}: {name} {b[name]}")
+            if storm:
+                out.append(
+                    _finding(
+                        host,
+                        "pfc_storm",
+                        SYMPTOM_STORM,
+                        f"PFC pause storm on {netdev} ({key}): a stuck receiver or a congestion loop "
+                        "keeps the "
+                        "lossless priority paused; traffic on it stalls",
+                        storm,
+                        "Find the device sending the pauses (tx_prioN_pause), drain it; keep "
+                        "pfc_stall_prevention "
+                        "and the switch PFC watchdog enabled.",
+                        key,
+                    )
+                )
+        qos_text = _ok(raw, f"mlnx_qos:{netdev}")
+        host_pfc: list[int] | None = None
+        if qos_text:
+            try:
+                from fabricops.parsers.mlnx_qos import parse as parse_qos
+
+                host_pfc = [i for i, v in enumerate(parse_qos(qos_text).pfc_enabled) if v]
+            except ParseError:
+                host_pfc = None
+        sw = _switch_port(ctx, host, netdev)
+        if prio is not None and host_pfc is not None:
+            sw_pfc = sw.get("pfc_priorities") if sw else None
+            problems = []
+            if host_pfc != [prio]:
+                problems.append(
+                    f"mlnx_qos -i {netdev}: PFC on {host_pfc or 'no priority'}, RoCE definition "
+                    f"wants priority {prio}"
+                )
+            if sw_pfc is not None and sorted(sw_pfc) != sorted(host_pfc):
+                problems.append(f"switch {sw['switch']} {sw['port']}: PFC on {sw_pfc}, host on {host_pfc}")
+            if problems:
+                out.append(
+                    _finding(
+                        host,
+                        "pfc_mismatch",
+                        SYMPTOM_SLOW,
+                        f"PFC differs between {netdev} and the fabric: RoCE traffic is lossy, drops trigger "
+                        "go-back-N retransmissions ('Transport retry count exceeded' under load)",
+                        problems,
+                        "Run the roce_host role (and roce_switch for the switch side).",
+                        key,
+                    )
+                )
+        marked = p["counters"].get("np_ecn_marked_roce_packets", 0)
+        cnp = p["counters"].get("np_cnp_sent", 0)
+        np_on = ecn.get((netdev, "roce_np", prio)) if prio is not None else None
+        sw_ecn = sw.get("ecn") if sw else None
+        evid = []
+        if marked > 0 and cnp == 0:
+            evid.append(f"hw_counters {key}: np_ecn_marked_roce_packets {marked}, np_cnp_sent 0")
+        if np_on is False and (sw_ecn or marked > 0):
+            evid.append(
+                f"/sys/class/net/{netdev}/ecn/roce_np/enable/{prio} = 0"
+                + (f"; switch {sw['switch']} {sw['port']} marks ECN" if sw_ecn else "")
+            )
+        if sw is not None and sw_ecn is False and np_on:
+            evid.append(
+                f"switch {sw['switch']} {sw['port']}: no ECN on the lossless traffic class; host DCQCN on"
+            )
+        if evid:
+            out.append(
+                _finding(
+                    host,
+                    "ecn_one_side",
+                    SYMPTOM_SLOW,
+                    f"ECN configured on one side only for {netdev}: marked packets are not answered by CNPs, "
+                    "DCQCN never slows the senders and PFC does all the work",
+                    evid,
+                    "Make host DCQCN (roce_host role) and switch ECN (roce_switch role) agree.",
+                    key,
+                )
+            )
+    return out
+
+
+def _switch_port(ctx: Context, host: str, netdev: str) -> dict[str, Any] | None:
+    for link in ctx.cabling:
+        if link.get("host") == host and link.get("netdev") == netdev:
+            state = ctx.switches.get(str(link.get("switch")))
+            if not state:
+                return None
+            port = state.get("ports", {}).get(str(link.get("switch_port")), {})
+            return {
+                "switch": link["switch"],
+                "port": link["switch_port"],
+                "pfc_priorities": port.get("pfc_priorities", state.get("pfc_priorities")),
+                "ecn": port.get("ecn", state.get("ecn")),
+            }
+    return None
+
+
+def _nvlink_findings(host: str, raw: Raw) -> list[Finding]:
+    text = _ok(raw, "nvlink")
+    if not text:
+        return []
+    from fabricops.parsers.nvidia_smi import parse_nvlink
+
+    try:
+        status = parse_nvlink(text)
+    except ParseError:
+        return []
+    out = []
+    for gpu in status.gpus:
+        inactive = gpu.inactive_links
+        if inactive or (gpu.message and not gpu.links):
+            what = f"links {', '.join(map(str, inactive))}" if inactive else "all links"
+            out.append(
+                _finding(
+                    host,
+                    "nvlink_inactive",
+                    SYMPTOM_NVLINK,
+                    f"GPU {gpu.index} NVLink {what} inactive: a failed NVLink/NVSwitch lane or a GPU that "
+                    "trained "
+                    "without it; NCCL falls back from NVLink (intra-node bandwidth drops)",
+                    [
+                        f"nvidia-smi nvlink --status: GPU {gpu.index} {what} <inactive> "
+                        f"({gpu.active_links} active)"
+                    ],
+                    "Check nvidia-fabricmanager and Xid errors (dmesg); reset the GPU or RMA it; drain "
+                    "the node.",
+                    f"GPU{gpu.index}",
+                )
+            )
+    return out
+
+
+def _gid_findings(host: str, raw: Raw, sysfs: Mapping[str, Any]) -> list[Finding]:
+    conf = parse_nccl_conf(_ok(raw, "nccl") or "")
+    idx = conf.get("NCCL_IB_GID_INDEX")
+    if idx is None or not idx.strip().lstrip("-").isdigit():
+        return []
+    n = int(idx)
+    out = []
+    for key, p in sorted(sysfs["ports"].items()):
+        if p.get("link_layer") != "Ethernet":
+            continue
+        gtype = p["gid_types"].get(n)
+        ipv4_v2 = [i for i, t in sorted(p["gid_types"].items()) if t == "RoCE v2" and i >= 2]
+        if gtype != "RoCE v2" or (ipv4_v2 and n not in ipv4_v2):
+            out.append(
+                _finding(
+                    host,
+                    "gid_index",
+                    SYMPTOM_HANG,
+                    f"NCCL_IB_GID_INDEX={n} does not select the RoCE v2 IPv4 GID of {key}: NCCL connects "
+                    "with the "
+                    "wrong GID (RoCE v1 or link-local), the connection times out",
+                    [
+                        f"/etc/nccl.conf NCCL_IB_GID_INDEX={n}; {key} GID {n} type {gtype or 'absent'}; "
+                        f"RoCE v2 IPv4 GIDs at {ipv4_v2 or 'none'}"
+                    ],
+                    "Set NCCL_IB_GID_INDEX to the RoCE v2 IPv4 index (show_gids; often 3) with the "
+                    "nccl_profile role.",
+                    key,
+                )
+            )
+    return out
+
+
+def analyse_fabric(evidence: Mapping[str, Raw], ctx: Context) -> list[Finding]:
+    """Cross-host findings: MTU mismatch on one link layer, IPoIB reachability."""
+    out: list[Finding] = []
+    from fabricops.parsers.ibv_devinfo import parse as parse_devinfo
+
+    mtus: dict[str, dict[str, list[tuple[str, int]]]] = {}
+    for host, raw in evidence.items():
+        text = _ok(raw, "ibv_devinfo")
+        if not text:
+            continue
+        try:
+            info = parse_devinfo(text)
+        except ParseError:
+            continue
+        for dev in info.devices:
+            for port in dev.ports:
+                if port.state and "ACTIVE" in port.state and port.active_mtu:
+                    mtus.setdefault(port.link_layer or "InfiniBand", {}).setdefault(host, []).append(
+                        (f"{dev.hca_id}/{port.port}", port.active_mtu)
+                    )
+    for layer, by_host in mtus.items():
+        values = [m for ports in by_host.values() for _, m in ports]
+        if len(set(values)) <= 1:
+            continue
+        common = max(set(values), key=values.count)
+        for host, ports in sorted(by_host.items()):
+            odd = [f"{k} active_mtu {m}" for k, m in ports if m != common]
+            if odd:
+                out.append(
+                    _finding(
+                        host,
+                        "mtu_mismatch",
+                        SYMPTOM_HANG,
+                        f"{layer} path MTU differs from the other hosts ({common}): queue pairs between them "
+                        "fail or fall back; NCCL hangs at connection setup",
+                        [*odd, f"most hosts: active_mtu {common}"],
+                        "Set the same netdev MTU on every host and switch port (RoCE: 4200 for a 4096 "
+                        "path MTU).",
+                        None,
+                    )
+                )
+    for item in ctx_pings(evidence):
+        out.append(item)
+    return out
+
+
+def ctx_pings(evidence: Mapping[str, Raw]) -> list[Finding]:
+    out = []
+    for host, raw in evidence.items():
+        for key, item in raw.items():
+            if not key.startswith("ping:") or item.get("rc", 0) == 0:
+                continue
+            _, peer, addr = key.split(":", 2)
+            out.append(
+                _finding(
+                    host,
+                    "connectivity",
+                    SYMPTOM_HANG,
+                    f"{host} cannot reach {peer} over IPoIB ({addr}): a port down, a partition (P_Key) or "
+                    "subnet "
+                    "manager problem, or a wrong address; NCCL's bootstrap or IB connections hang",
+                    [
+                        f"ping {addr} from {host}: rc {item.get('rc')} "
+                        f"{str(item.get('stdout', ''))[-120:].strip()}"
+                    ],
+                    "Check both ports (ibstat), the SM (sminfo), the P_Key and the ipoib role's addresses.",
+                    None,
+                )
+            )
+    return out
+
+
+def analyse(evidence: Mapping[str, Raw], ctx: Context) -> list[Finding]:
+    findings: list[Finding] = []
+    for host in sorted(evidence):
+        findings += analyse_host(host, evidence[host], ctx)
+    findings += analyse_fabric(evidence, ctx)
+    order = {h: i for i, h in enumerate(sorted(evidence))}
+    findings.sort(key=lambda f: (-f.likelihood, order.get(f.host, 0), f.device or ""))
+    return findings
+
+
+# --- collecting --------------------------------------------------------------------------------
+
+
+def host_commands(first: Raw) -> dict[str, str]:
+    """Second-round commands from the first round's evidence: mlnx_qos and ethtool per RoCE netdev."""
+    sysfs = parse_sysfs(_ok(first, "sysfs") or "")
+    cmds = {}
+    for p in sysfs["ports"].values():
+        if p.get("link_layer") != "Ethernet":
+            continue
+        netdev = _netdev_for(p, sysfs["netdevs"])
+        if netdev:
+            q = shlex.quote(netdev)
+            cmds[f"mlnx_qos:{netdev}"] = f"mlnx_qos -i {q}"
+            cmds[f"ethtool:{netdev}"] = f"ethtool -S {q}; echo ===; sleep {ETHTOOL_GAP_S:g}; ethtool -S {q}"
+    return cmds
+
+
+def _ipoib_addrs(raw: Raw) -> dict[str, list[str]]:
+    sysfs = parse_sysfs(_ok(raw, "sysfs") or "")
+    ib_netdevs = {
+        _netdev_for(p, sysfs["netdevs"])
+        for p in sysfs["ports"].values()
+        if p.get("link_layer", "InfiniBand") == "InfiniBand"
+    }
+    return {n: a for n, a in _ipv4(_ok(raw, "ip") or "").items() if n in ib_netdevs and a}
+
+
+def collect(run: Run, hosts: Sequence[str], progress: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Evidence per host: {host: {key: {"rc", "stdout", "stderr"}}}."""
+
+    def one(host: str) -> dict[str, Any]:
+        raw: dict[str, Any] = {k: dict(run(host, c, 60)) for k, c in BASE_COMMANDS.items()}
+        for k, c in host_commands(raw).items():
+            raw[k] = dict(run(host, c, 60))
+        return raw
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        evidence = dict(zip(hosts, pool.map(one, hosts), strict=True))
+    if progress:
+        progress(f"evidence from {len(evidence)} hosts")
+    addrs = {h: _ipoib_addrs(r) for h, r in evidence.items()}
+    for host in hosts:
+        for peer in hosts:
+            if peer == host:
+                continue
+            for netdev, peer_addrs in addrs[peer].items():
+                if netdev not in addrs[host]:
+                    continue
+                for a in peer_addrs[:1]:
+                    cmd = f"ping -c 2 -W 1 -I {shlex.quote(netdev)} {shlex.quote(a)}"
+                    evidence[host][f"ping:{peer}:{a}"] = dict(run(host, cmd, 15))
+    return evidence
+
+
+def _file_lookup(value: Any) -> Any:
+    """Resolve ``{{ lookup('ansible.builtin.file', 'PATH') }}`` (the inventory is read untemplated)."""
+    if isinstance(value, str) and "{{" in value:
+        m = re.search(r"lookup\(\s*'(?:ansible\.builtin\.)?file'\s*,\s*'([^']+)'\s*\)", value)
+        if m and Path(m.group(1)).is_file():
+            return Path(m.group(1)).read_text().strip()
+    return value
+
+
+def switch_states(
+    fabric: Any, cabling: Sequence[Mapping[str, Any]], hosts: Sequence[str], lossless: int | None
+) -> tuple[dict[str, dict], list[str]]:
+    """Normalised PFC/ECN state of the Ethernet switches cabled to ``hosts``; notes for those unread."""
+    from fabricops.switch import resource, transport
+
+    states: dict[str, dict] = {}
+    notes: list[str] = []
+    wanted: dict[str, list[str]] = {}
+    for link in cabling:
+        if link.get("host") in hosts:
+            wanted.setdefault(str(link.get("switch")), []).append(str(link.get("switch_port")))
+    for name, ports in sorted(wanted.items()):
+        try:
+            hv = fabric.hostvars(name)
+        except Exception:
+            continue
+        os_name = str(hv.get("fabricops_switch_os") or "")
+        if os_name not in ("onyx", "cumulus") or hv.get("fabricops_switch_reachable") is False:
+            continue
+        try:
+            conn = transport.connect(
+                "onyx" if os_name == "onyx" else "cumulus",
+                hv.get("ansible_host", name),
+                str(hv.get("ansible_user")),
+                str(_file_lookup(hv.get("ansible_password"))),
+                port=int(hv.get("ansible_port", 22)),
+                known_hosts=hv.get("fabricops_ssh_known_hosts")
+                or transport.known_hosts_from_ssh_args(hv.get("ansible_ssh_common_args")),
+            )
+            try:
+                data = transport.get_roce_data(conn, os_name, ports if os_name == "onyx" else ())
+            finally:
+                conn.disconnect()
+            _facts, oper = resource.gather(os_name, data, ports if os_name == "onyx" else ())
+            states[name] = _normalise_switch(os_name, oper, ports, lossless)
+        except Exception as exc:  # a switch we cannot read is a note, not a crash
+            notes.append(f"switch {name}: state not read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+    return states, notes
+
+
+def _normalise_switch(
+    os_name: str, oper: Mapping[str, Any], ports: Sequence[str], lossless: int | None
+) -> dict[str, Any]:
+    if os_name == "onyx":
+        prios = (
+            list(oper.get("pfc", {}).get("priorities") or []) if oper.get("pfc", {}).get("enabled") else []
+        )
+        out: dict[str, Any] = {"pfc_priorities": prios, "ports": {}}
+        for p in ports:
+            po = oper.get("ports", {}).get(p, {})
+            tc_ecn = po.get("ecn")
+            out["ports"][p] = {
+                "pfc_priorities": prios if po.get("pfc", True) else [],
+                "ecn": (bool(tc_ecn.get(str(lossless))) if lossless is not None else bool(tc_ecn))
+                if tc_ecn is not None
+                else None,
+            }
+        return out
+    prio = oper.get("pfc_priority")
+    prios = [
+        int(x) for x in (prio if isinstance(prio, list) else [prio]) if x is not None and str(x).isdigit()
+    ]
+    ecn_tcs = [int(x) for x in oper.get("ecn_traffic_classes") or [] if str(x).isdigit()]
+    return {
+        "pfc_priorities": prios if oper.get("mode") == "lossless" or prios else [],
+        "ecn": (lossless in ecn_tcs) if lossless is not None else bool(ecn_tcs),
+        "ports": {},
+    }
+
+
+def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = None) -> Context:
+    from fabricops.model.profiles import ProfileError, load_profile, threshold_for
+
+    ctx = Context()
+    name = profile or hostvars.get("fabricops_hardware_profile")
+    if name:
+        try:
+            prof = load_profile(str(name))
+        except ProfileError as exc:
+            raise DiagnoseError(str(exc)) from None
+        ctx.expected_rate_gbps = {prof.hca.link_layer: float(prof.hca.rate_gbps)}
+        try:
+            t = threshold_for(prof, "link_flaps_24h")
+            ctx.flaps_fail_at, ctx.flaps_source = int(t.value), t.source
+        except Exception:
+            pass
+    roce = hostvars.get("fabricops_roce") or {}
+    if isinstance(roce, Mapping) and roce.get("lossless_priority") is not None:
+        ctx.lossless_priority = int(roce["lossless_priority"])
+    cabling = hostvars.get("fabricops_cabling") or []
+    ctx.cabling = [dict(c) for c in cabling if isinstance(c, Mapping)]
+    return ctx
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def to_json(findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = ()) -> str:
+    return (
+        json.dumps(
+            {
+                "hosts": list(hosts),
+                "healthy": not findings,
+                "notes": list(notes),
+                "findings": [asdict(f) for f in findings],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def terminal(findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = ()) -> str:
+    lines = []
+    if not findings:
+        lines.append(f"no finding on {', '.join(hosts)}: the evidence matches a healthy fabric")
+    for n, f in enumerate(findings, 1):
+        lines.append(f"{n}. [{f.host}{' ' + f.device if f.device else ''}] {f.cause}")
+        lines.append(f"   symptom:  {f.symptom}")
+        for e in f.evidence:
+            lines.append(f"   evidence: {e}")
+        lines.append(f"   remedy:   {f.remedy}")
+    lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "diagnose",
+        help="collect fabric evidence from hosts and name the likely cause",
+        description="Collect ibv_devinfo, ibstat, port counters, mlnx_qos, ethtool PFC counters, DCQCN, "
+        "NVLink status, NCCL profile, IPoIB reachability and switch PFC/ECN state, and map them to the "
+        "troubleshooting table (docs/troubleshooting.md). Exit 0: no finding; 1: findings; 2: bad input.",
+    )
+    p.add_argument(
+        "hosts", nargs="*", metavar="HOST", help="hosts to diagnose (default: every gpu_hosts host)"
+    )
+    p.add_argument("-i", "--inventory", help="Ansible inventory (default: ansible.cfg's)")
+    p.add_argument("--profile", help="hardware profile (default: the inventory's fabricops_hardware_profile)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the findings as JSON")
+    p.add_argument("--no-switches", action="store_true", help="do not read the switches' PFC/ECN state")
+    p.add_argument(
+        "--from-evidence",
+        type=Path,
+        metavar="DIR",
+        help="analyse evidence collected by playbooks/diagnose.yml (DIR/HOST.json, DIR/context.json)",
+    )
+    p.set_defaults(func=cmd_diagnose)
+
+
+def from_ansible(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Evidence from playbooks/diagnose.yml (registered results) or already ``{key: {rc, stdout}}``."""
+    if "ansible" not in doc:
+        return dict(doc)
+    raw: dict[str, Any] = {}
+    for item in doc["ansible"]["base"]:
+        raw[item["diagnose_cmd"]["key"]] = {k: item.get(k, "") for k in ("rc", "stdout", "stderr")}
+    for item in doc["ansible"].get("roce") or []:
+        netdev, out = item["diagnose_netdev"], str(item.get("stdout") or "")
+        qos, _, eth = out.partition("#####\n")
+        m = re.match(r"qos_rc=(\d+)\n", qos)
+        raw[f"mlnx_qos:{netdev}"] = {
+            "rc": int(m.group(1)) if m else 1,
+            "stdout": qos[m.end() :] if m else qos,
+        }
+        raw[f"ethtool:{netdev}"] = {"rc": 0 if eth.strip() else 1, "stdout": eth}
+    return raw
+
+
+def _load_evidence_dir(directory: Path) -> tuple[dict[str, Raw], Context, list[str]]:
+    if not directory.is_dir():
+        raise DiagnoseError(f"{directory}: no such directory")
+    evidence = {}
+    for f in sorted(directory.glob("*.json")):
+        if f.name == "context.json":
+            continue
+        try:
+            evidence[f.stem] = from_ansible(json.loads(f.read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DiagnoseError(f"{f}: not evidence JSON ({exc})") from None
+    ctx_file = directory / "context.json"
+    hostvars = json.loads(ctx_file.read_text()) if ctx_file.is_file() else {}
+    ctx = context_from_hostvars(hostvars)
+    for name, state in (hostvars.get("switch_states") or {}).items():
+        ctx.switches[name] = state
+    if not evidence:
+        raise DiagnoseError(f"{directory}: no HOST.json evidence files")
+    return evidence, ctx, []
+
+
+def cmd_diagnose(args) -> int:
+    def progress(msg: str) -> None:
+        print(f"  .. {msg}", file=sys.stderr, flush=True)
+
+    if args.from_evidence:
+        evidence, ctx, notes = _load_evidence_dir(args.from_evidence)
+        hosts = sorted(evidence)
+    else:
+        from fabricops.verify.transport import Fabric
+
+        pattern = ":".join(args.hosts) if args.hosts else "gpu_hosts"
+        fabric = Fabric(args.inventory, pattern)
+        hosts = list(fabric.hosts)
+        hostvars = fabric.hostvars(hosts[0])
+        ctx = context_from_hostvars(hostvars, args.profile)
+        notes = []
+        started = time.monotonic()
+        evidence = collect(fabric.run, hosts, progress)
+        if not args.no_switches and ctx.cabling:
+            ctx.switches, notes = switch_states(fabric, ctx.cabling, hosts, ctx.lossless_priority)
+        progress(f"collected in {time.monotonic() - started:.1f} s")
+        unreachable = [h for h, r in evidence.items() if all(i.get("rc") == 255 for i in r.values())]
+        for h in unreachable:
+            notes.append(f"{h}: unreachable over SSH, no evidence")
+    findings = analyse(evidence, ctx)
+    print(terminal(findings, hosts, notes), end="")
+    if args.json:
+        args.json.write_text(to_json(findings, hosts, notes))
+    return 1 if findings else 0

@@ -1,0 +1,1 @@
+"""Monitoring: the host-side collector (``collector``, stdlib only) and the alert rules (``rules``)."""

@@ -1,0 +1,516 @@
+#!/usr/bin/python3
+"""fabricops collector: fabric counters for node_exporter's textfile collector.
+
+Stdlib only: the role ``fabric_monitor`` ships this very file to the hosts as
+``fabricops-collector`` (roles/fabric_monitor/files/fabricops-collector is byte-identical; a unit
+test checks it). On the controller it imports as ``fabricops.monitor.collector`` so the
+metric-building logic is unit-tested against real captures.
+
+Sources (docs/monitoring.md lists every metric):
+- ``/sys/class/infiniband/DEV/ports/P/{state,phys_state,rate,link_layer}``, ``counters/*`` and
+  ``hw_counters/*`` (InfiniBand port counters; RoCE CNP/ECN/retransmit counters);
+- ``ethtool -S NETDEV`` for the RoCE netdevs (mlx5 per-priority PFC pause counters);
+- ``nvidia-smi nvlink --status`` and ``nvidia-smi nvlink -e`` (NVLink state and error counters).
+
+Usage: ``fabricops-collector [--config FILE] [--output FILE] [--sysfs DIR]``. Without ``--output``
+the metrics go to stdout; with it they are written to a temporary file in the same directory and
+renamed over FILE, so node_exporter never reads half a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+
+PREFIX = "fabricops_"
+
+# name (without prefix), type, help: the one catalogue of what the collector can export.
+_CATALOGUE = """
+ib_port_transmit_bytes_total counter
+    Data bytes transmitted (port_xmit_data x 4: sysfs counts 4-byte words).
+ib_port_receive_bytes_total counter
+    Data bytes received (port_rcv_data x 4: sysfs counts 4-byte words).
+ib_port_transmit_packets_total counter
+    Packets transmitted (port_xmit_packets).
+ib_port_receive_packets_total counter
+    Packets received (port_rcv_packets).
+ib_port_symbol_errors_total counter
+    Minor link errors detected on a physical lane (symbol_error).
+ib_port_link_downed_total counter
+    Times the link error recovery process failed and the link went down (link_downed).
+ib_port_link_error_recovery_total counter
+    Successful link error recoveries (link_error_recovery).
+ib_port_receive_errors_total counter
+    Received packets with errors (port_rcv_errors).
+ib_port_transmit_discards_total counter
+    Outbound packets discarded because the port was down or congested (port_xmit_discards).
+ib_port_up gauge
+    1 when the port is ACTIVE with physical state LinkUp, else 0.
+ib_port_state gauge
+    Logical port state as the kernel numbers it (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).
+ib_port_physical_state gauge
+    Physical port state (2 Polling, 3 Disabled, 5 LinkUp, ...).
+ib_port_rate_bits_per_second gauge
+    Port rate as the kernel reports it (sysfs rate).
+ib_port_width_lanes gauge
+    Active link width in lanes (4 for 4X).
+ib_port_expected_rate_bits_per_second gauge
+    Rate the hardware profile expects for this port.
+ib_port_info gauge
+    Port description: link layer, netdev, state names (always 1).
+roce_cnp_sent_total counter
+    CNPs sent by the notification point (hw_counters np_cnp_sent).
+roce_cnp_handled_total counter
+    CNPs handled by the reaction point (hw_counters rp_cnp_handled).
+roce_ecn_marked_packets_total counter
+    ECN-marked RoCE packets received (hw_counters np_ecn_marked_roce_packets).
+roce_out_of_sequence_total counter
+    Out-of-sequence packets received (hw_counters out_of_sequence).
+roce_packet_sequence_errors_total counter
+    NAK sequence errors received (hw_counters packet_seq_err).
+roce_local_ack_timeouts_total counter
+    Local ACK timeouts: a retransmission after no ACK (hw_counters local_ack_timeout_err).
+roce_retransmits_total counter
+    Adaptive retransmissions of RoCE traffic (hw_counters roce_adp_retrans).
+pfc_receive_pause_frames_total counter
+    PFC pause frames received on a priority (ethtool -S rx_prioN_pause).
+pfc_transmit_pause_frames_total counter
+    PFC pause frames sent on a priority (ethtool -S tx_prioN_pause).
+pfc_receive_pause_duration_seconds_total counter
+    Time the port was paused on a priority (ethtool -S rx_prioN_pause_duration, microseconds / 1e6).
+pfc_transmit_pause_duration_seconds_total counter
+    Time the port paused its peer on a priority (ethtool -S tx_prioN_pause_duration, microseconds / 1e6).
+pfc_receive_pause_transitions_total counter
+    XOFF to XON transitions received on a priority (ethtool -S rx_prioN_pause_transition).
+pfc_pause_storm_warning_events_total counter
+    Times the NIC sent pauses for a long period (ethtool -S tx_pause_storm_warning_events).
+pfc_pause_storm_error_events_total counter
+    Times pause storm prevention stopped pause transmission (ethtool -S tx_pause_storm_error_events).
+nvlink_link_up gauge
+    1 when the NVLink link reports a speed, 0 when <inactive> (nvidia-smi nvlink --status).
+nvlink_link_speed_bytes_per_second gauge
+    NVLink link speed per direction as nvidia-smi prints it (GB/s x 1e9).
+nvlink_active_links gauge
+    Active NVLink links of a GPU.
+nvlink_replay_errors_total counter
+    NVLink replay errors (nvidia-smi nvlink -e).
+nvlink_recovery_errors_total counter
+    NVLink recovery errors (nvidia-smi nvlink -e).
+nvlink_crc_errors_total counter
+    NVLink CRC errors (nvidia-smi nvlink -e; flit and data CRC summed where printed apart).
+collector_source_up gauge
+    1 when a source could be read on the last run, 0 when it failed.
+collector_last_run_timestamp_seconds gauge
+    Unix time of the last collector run.
+collector_duration_seconds gauge
+    How long the last collector run took.
+"""
+
+
+def _catalogue(text: str) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    name = ""
+    for line in text.strip().splitlines():
+        if line.startswith("    "):
+            out[name] = (out[name][0], (out[name][1] + " " + line.strip()).strip())
+        else:
+            name, mtype = line.split()
+            out[name] = (mtype, "")
+    return out
+
+
+METRICS: dict[str, tuple[str, str]] = _catalogue(_CATALOGUE)
+
+# sysfs counters/ file -> (metric, multiplier)
+IB_COUNTERS: dict[str, tuple[str, int]] = {
+    "port_xmit_data": ("ib_port_transmit_bytes_total", 4),
+    "port_rcv_data": ("ib_port_receive_bytes_total", 4),
+    "port_xmit_packets": ("ib_port_transmit_packets_total", 1),
+    "port_rcv_packets": ("ib_port_receive_packets_total", 1),
+    "symbol_error": ("ib_port_symbol_errors_total", 1),
+    "link_downed": ("ib_port_link_downed_total", 1),
+    "link_error_recovery": ("ib_port_link_error_recovery_total", 1),
+    "port_rcv_errors": ("ib_port_receive_errors_total", 1),
+    "port_xmit_discards": ("ib_port_transmit_discards_total", 1),
+}
+# sysfs hw_counters/ file -> metric
+HW_COUNTERS: dict[str, str] = {
+    "np_cnp_sent": "roce_cnp_sent_total",
+    "rp_cnp_handled": "roce_cnp_handled_total",
+    "np_ecn_marked_roce_packets": "roce_ecn_marked_packets_total",
+    "out_of_sequence": "roce_out_of_sequence_total",
+    "packet_seq_err": "roce_packet_sequence_errors_total",
+    "local_ack_timeout_err": "roce_local_ack_timeouts_total",
+    "roce_adp_retrans": "roce_retransmits_total",
+}
+# ethtool -S per-priority name (mlx5 en_stats.c "rx_prio%d_pause" ...) -> (metric, scale)
+PFC_STATS: dict[str, tuple[str, float]] = {
+    "rx_prio{p}_pause": ("pfc_receive_pause_frames_total", 1),
+    "tx_prio{p}_pause": ("pfc_transmit_pause_frames_total", 1),
+    "rx_prio{p}_pause_duration": ("pfc_receive_pause_duration_seconds_total", 1e-6),
+    "tx_prio{p}_pause_duration": ("pfc_transmit_pause_duration_seconds_total", 1e-6),
+    "rx_prio{p}_pause_transition": ("pfc_receive_pause_transitions_total", 1),
+}
+STORM_STATS = {
+    "tx_pause_storm_warning_events": "pfc_pause_storm_warning_events_total",
+    "tx_pause_storm_error_events": "pfc_pause_storm_error_events_total",
+}
+NVLINK_ERRORS = {
+    "replay": "nvlink_replay_errors_total",
+    "recovery": "nvlink_recovery_errors_total",
+    "crc": "nvlink_crc_errors_total",
+}
+
+Runner = Callable[[list[str]], tuple[int, str]]
+
+
+class SourceError(Exception):
+    """A source printed something this collector cannot read."""
+
+
+# --- exposition ------------------------------------------------------------------------------
+
+class Registry:
+    """Samples by metric name; renders the Prometheus text exposition format (0.0.4)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    def add(self, name: str, labels: dict[str, object], value: float) -> None:
+        if name not in METRICS:
+            raise KeyError(f"metric {name} is not in the catalogue")
+        self.samples.setdefault(name, []).append(({k: str(v) for k, v in labels.items()}, float(value)))
+
+    def render(self) -> str:
+        out: list[str] = []
+        for name in sorted(self.samples):
+            mtype, help_text = METRICS[name]
+            full = PREFIX + name
+            out.append(f"# HELP {full} {help_text}")
+            out.append(f"# TYPE {full} {mtype}")
+            for labels, value in sorted(self.samples[name], key=lambda s: sorted(s[0].items())):
+                lab = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+                out.append(f"{full}{{{lab}}} {_number(value)}")
+        return "\n".join(out) + "\n" if out else ""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if value == int(value) and abs(value) < 2**63:
+        return str(int(value))
+    return repr(value)
+
+
+# --- sysfs -----------------------------------------------------------------------------------
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec\s*\((\d+)X\s*(\w*)\)")
+STATE_RE = re.compile(r"^\s*(\d+):\s*(\S+)")
+
+
+def parse_rate(text: str) -> tuple[float, int, str]:
+    """``"400 Gb/sec (4X NDR)"`` -> (400e9 bit/s, 4 lanes, "NDR")."""
+    m = RATE_RE.match(text or "")
+    if not m:
+        raise SourceError(f"unreadable sysfs rate {text!r}")
+    return float(m.group(1)) * 1e9, int(m.group(2)), m.group(3)
+
+
+def parse_state(text: str) -> tuple[int, str]:
+    """``"4: ACTIVE"`` -> (4, "ACTIVE")."""
+    m = STATE_RE.match(text or "")
+    if not m:
+        raise SourceError(f"unreadable sysfs state {text!r}")
+    return int(m.group(1)), m.group(2)
+
+
+def _port_netdev(sysfs: str, dev: str, port: str) -> str:
+    """The netdev of an HCA port: device/net/*, matched by dev_port when the HCA has several."""
+    netdir = os.path.join(sysfs, "class/infiniband", dev, "device/net")
+    names = _listdir(netdir)
+    if len(names) <= 1:
+        return names[0] if names else ""
+    for name in names:
+        dev_port = _read(os.path.join(netdir, name, "dev_port"))
+        if dev_port is not None and dev_port.isdigit() and int(dev_port) == int(port) - 1:
+            return name
+    return names[0]
+
+
+def read_ports(sysfs: str = "/sys") -> list[dict]:
+    """Every HCA port: state, rate, link layer, netdev and its counters (raw sysfs values)."""
+    ports = []
+    base = os.path.join(sysfs, "class/infiniband")
+    for dev in _listdir(base):
+        for port in _listdir(os.path.join(base, dev, "ports")):
+            pdir = os.path.join(base, dev, "ports", port)
+            entry = {
+                "device": dev, "port": port,
+                "state": _read(os.path.join(pdir, "state")) or "",
+                "phys_state": _read(os.path.join(pdir, "phys_state")) or "",
+                "rate": _read(os.path.join(pdir, "rate")) or "",
+                "link_layer": _read(os.path.join(pdir, "link_layer")) or "InfiniBand",
+                "netdev": _port_netdev(sysfs, dev, port),
+                "counters": {}, "hw_counters": {},
+            }
+            for sub in ("counters", "hw_counters"):
+                for name in _listdir(os.path.join(pdir, sub)):
+                    raw = _read(os.path.join(pdir, sub, name))
+                    if raw is not None and raw.isdigit():
+                        entry[sub][name] = int(raw)
+            ports.append(entry)
+    return ports
+
+
+def port_metrics(
+    reg: Registry, host: str, ports: Iterable[dict], expected: dict[str, float] | None = None
+) -> None:
+    expected = expected or {}
+    for p in ports:
+        labels = {"host": host, "device": p["device"], "port": p["port"]}
+        state_num, state = parse_state(p["state"])
+        phys_num, phys = parse_state(p["phys_state"])
+        rate, lanes, _speed = parse_rate(p["rate"])
+        reg.add("ib_port_up", labels, 1 if state == "ACTIVE" and phys == "LinkUp" else 0)
+        reg.add("ib_port_state", labels, state_num)
+        reg.add("ib_port_physical_state", labels, phys_num)
+        reg.add("ib_port_rate_bits_per_second", labels, rate)
+        reg.add("ib_port_width_lanes", labels, lanes)
+        reg.add("ib_port_info", {**labels, "link_layer": p["link_layer"], "netdev": p.get("netdev") or "",
+                                 "state": state, "phys_state": phys}, 1)
+        want = expected.get(f"{p['device']}/{p['port']}", expected.get(p["link_layer"]))
+        if want:
+            reg.add("ib_port_expected_rate_bits_per_second", labels, float(want) * 1e9)
+        for name, (metric, mult) in IB_COUNTERS.items():
+            if name in p["counters"]:
+                reg.add(metric, labels, p["counters"][name] * mult)
+        if p["link_layer"] == "Ethernet":
+            rlabels = {**labels, "netdev": p.get("netdev") or ""}
+            for name, metric in HW_COUNTERS.items():
+                if name in p["hw_counters"]:
+                    reg.add(metric, rlabels, p["hw_counters"][name])
+
+
+# --- ethtool -S ------------------------------------------------------------------------------
+
+ETHTOOL_LINE = re.compile(r"^\s+([^:]+?):\s+(-?\d+)\s*$")
+
+
+def parse_ethtool_stats(text: str) -> dict[str, int]:
+    """``ethtool -S IF`` -> {name: value}. Lines that are not ``name: integer`` are skipped."""
+    lines = (text or "").replace("\r\n", "\n").split("\n")
+    if not any(line.strip() == "NIC statistics:" for line in lines):
+        raise SourceError("no 'NIC statistics:' header: not ethtool -S output")
+    stats = {}
+    for line in lines:
+        m = ETHTOOL_LINE.match(line)
+        if m:
+            stats[m.group(1).strip()] = int(m.group(2))
+    return stats
+
+
+def pfc_metrics(reg: Registry, host: str, netdev: str, device: str, stats: dict[str, int]) -> None:
+    base = {"host": host, "netdev": netdev, "device": device}
+    for prio in range(8):
+        for pattern, (metric, scale) in PFC_STATS.items():
+            key = pattern.format(p=prio)
+            if key in stats:
+                reg.add(metric, {**base, "priority": prio}, stats[key] * scale)
+    for key, metric in STORM_STATS.items():
+        if key in stats:
+            reg.add(metric, base, stats[key])
+
+
+# --- nvidia-smi ------------------------------------------------------------------------------
+
+GPU_RE = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]*)\)\s*$")
+LINK_STATUS_RE = re.compile(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)\s*$")
+LINK_ERROR_RE = re.compile(r"^\s*Link (\d+): ([A-Za-z ]+?) Errors?: (\d+)\s*$")
+
+
+def parse_nvlink_status(text: str) -> list[dict]:
+    """``nvidia-smi nvlink --status`` -> [{"gpu", "name", "link", "up", "speed_gbs"}]."""
+    links, gpu = [], None
+    for line in (text or "").replace("\r\n", "\n").split("\n"):
+        m = GPU_RE.match(line.strip())
+        if m:
+            gpu = (int(m.group(1)), m.group(2))
+            continue
+        m = LINK_STATUS_RE.match(line)
+        if m and gpu is not None:
+            speed = float(m.group(2)) if m.group(2) else None
+            links.append({"gpu": gpu[0], "name": gpu[1], "link": int(m.group(1)),
+                          "up": speed is not None, "speed_gbs": speed})
+    if gpu is None:
+        raise SourceError("no 'GPU N: ... (UUID: ...)' line: not nvidia-smi nvlink output")
+    return links
+
+
+def parse_nvlink_errors(text: str) -> list[dict]:
+    """``nvidia-smi nvlink -e`` -> [{"gpu", "link", "kind", "value"}] (kind: replay/recovery/crc)."""
+    out, gpu = [], None
+    for line in (text or "").replace("\r\n", "\n").split("\n"):
+        m = GPU_RE.match(line.strip())
+        if m:
+            gpu = int(m.group(1))
+            continue
+        m = LINK_ERROR_RE.match(line)
+        if m and gpu is not None:
+            kind = m.group(2).strip().lower().split()[-1]  # "Data CRC" / "Flit CRC" -> crc
+            if kind in NVLINK_ERRORS:
+                out.append({"gpu": gpu, "link": int(m.group(1)), "kind": kind, "value": int(m.group(3))})
+    if gpu is None:
+        raise SourceError("no 'GPU N: ... (UUID: ...)' line: not nvidia-smi nvlink -e output")
+    return out
+
+
+def nvlink_metrics(reg: Registry, host: str, status: list[dict], errors: list[dict] | None = None) -> None:
+    active: dict[int, int] = {}
+    for link in status:
+        labels = {"host": host, "gpu": link["gpu"], "link": link["link"]}
+        reg.add("nvlink_link_up", labels, 1 if link["up"] else 0)
+        if link["speed_gbs"] is not None:
+            reg.add("nvlink_link_speed_bytes_per_second", labels, link["speed_gbs"] * 1e9)
+        active[link["gpu"]] = active.get(link["gpu"], 0) + (1 if link["up"] else 0)
+    for gpu, count in active.items():
+        reg.add("nvlink_active_links", {"host": host, "gpu": gpu}, count)
+    summed: dict[tuple[int, int, str], int] = {}
+    for err in errors or []:
+        key = (err["gpu"], err["link"], err["kind"])
+        summed[key] = summed.get(key, 0) + err["value"]
+    for (gpu, link, kind), value in summed.items():
+        reg.add(NVLINK_ERRORS[kind], {"host": host, "gpu": gpu, "link": link}, value)
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 127, str(exc)
+    return proc.returncode, proc.stdout
+
+
+def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_command,
+            host: str | None = None, now: float | None = None) -> str:
+    """Everything, as exposition text. A failing source sets its ``collector_source_up`` to 0."""
+    config = config or {}
+    start = time.monotonic()
+    host = host or config.get("host") or socket.gethostname().split(".")[0]
+    reg = Registry()
+
+    def source(name: str, ok: bool) -> None:
+        reg.add("collector_source_up", {"host": host, "source": name}, 1 if ok else 0)
+
+    try:
+        ports = read_ports(sysfs)
+        port_metrics(reg, host, ports, config.get("expected_rate_gbps"))
+        source("sysfs", True)
+    except SourceError:
+        ports = []
+        source("sysfs", False)
+
+    ethtool = config.get("ethtool", "ethtool")
+    roce = [p for p in ports if p["link_layer"] == "Ethernet" and p.get("netdev")]
+    if roce:
+        ok = True
+        for p in roce:
+            rc, out = run([ethtool, "-S", p["netdev"]])
+            try:
+                if rc != 0:
+                    raise SourceError(f"ethtool exited {rc}")
+                pfc_metrics(reg, host, p["netdev"], p["device"], parse_ethtool_stats(out))
+            except SourceError:
+                ok = False
+        source("ethtool", ok)
+
+    smi = config.get("nvidia_smi", "nvidia-smi")
+    if config.get("nvlink", True):
+        rc, out = run([smi, "nvlink", "--status"])
+        status: list[dict] = []
+        try:
+            if rc != 0:
+                raise SourceError(f"nvidia-smi exited {rc}")
+            status = parse_nvlink_status(out)
+            source("nvlink_status", True)
+        except SourceError:
+            source("nvlink_status", False)
+        errors = None
+        rc, out = run([smi, "nvlink", "-e"])
+        try:
+            if rc != 0:
+                raise SourceError(f"nvidia-smi exited {rc}")
+            errors = parse_nvlink_errors(out)
+            source("nvlink_errors", True)
+        except SourceError:
+            source("nvlink_errors", False)
+        nvlink_metrics(reg, host, status, errors)
+
+    stamp = now if now is not None else time.time()
+    reg.add("collector_last_run_timestamp_seconds", {"host": host}, round(stamp, 3))
+    reg.add("collector_duration_seconds", {"host": host}, round(time.monotonic() - start, 6))
+    return reg.render()
+
+
+def write_atomic(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".fabricops.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fabricops-collector", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", help="JSON file: expected_rate_gbps, ethtool, nvidia_smi, nvlink, host")
+    parser.add_argument("--output", help="write the metrics to this .prom file (atomically)")
+    parser.add_argument("--sysfs", default="/sys", help="sysfs root (tests)")
+    args = parser.parse_args(argv)
+    config = {}
+    if args.config and os.path.exists(args.config):
+        with open(args.config, encoding="utf-8") as fh:
+            config = json.load(fh)
+    text = collect(config, sysfs=args.sysfs)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The stdlib-only collector: sysfs, ethtool -S and nvidia-smi -> Prometheus exposition text."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import read_fixture
+
+from fabricops.monitor import collector as c
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_role_ships_the_same_file():
+    shipped = REPO / "roles" / "fabric_monitor" / "files" / "fabricops-collector"
+    assert shipped.read_bytes() == (REPO / "src" / "fabricops" / "monitor" / "collector.py").read_bytes()
+
+
+def test_metric_names_follow_prometheus_conventions():
+    for name, (mtype, help_text) in c.METRICS.items():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
+        assert help_text
+        if mtype == "counter":
+            assert name.endswith("_total"), name
+        else:
+            assert not name.endswith("_total"), name
+        if "bytes" in name or "seconds" in name or "bits" in name:
+            assert re.search(r"_(bytes|seconds|bits_per_second|bytes_per_second)(_total)?$", name), name
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def make_sysfs(root: Path) -> Path:
+    ib = "class/infiniband/mlx5_0/ports/1"
+    _write(root, f"{ib}/state", "4: ACTIVE")
+    _write(root, f"{ib}/phys_state", "5: LinkUp")
+    _write(root, f"{ib}/rate", "200 Gb/sec (2X NDR)")
+    _write(root, f"{ib}/link_layer", "InfiniBand")
+    for name, val in {
+        "port_xmit_data": 1000,
+        "port_rcv_data": 250,
+        "port_xmit_packets": 7,
+        "symbol_error": 3,
+        "link_downed": 8,
+        "port_rcv_errors": 1,
+        "port_xmit_discards": 2,
+        "link_error_recovery": 4,
+        "port_rcv_packets": 9,
+    }.items():
+        _write(root, f"{ib}/counters/{name}", str(val))
+    eth = "class/infiniband/mlx5_2/ports/1"
+    _write(root, f"{eth}/state", "1: DOWN")
+    _write(root, f"{eth}/phys_state", "3: Disabled")
+    _write(root, f"{eth}/rate", "40 Gb/sec (4X QDR)")
+    _write(root, f"{eth}/link_layer", "Ethernet")
+    for name, val in {
+        "np_cnp_sent": 0,
+        "np_ecn_marked_roce_packets": 77,
+        "rp_cnp_handled": 5,
+        "out_of_sequence": 11,
+        "roce_adp_retrans": 6,
+    }.items():
+        _write(root, f"{eth}/hw_counters/{name}", str(val))
+    (root / "class/infiniband/mlx5_2/device/net/enp170s0f0np0").mkdir(parents=True)
+    return root
+
+
+def parse_exposition(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
+        assert m, line
+        out[(m.group(1), frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2))))] = float(m.group(3))
+    return out
+
+
+def get(metrics, name, **labels):
+    want = {(k, str(v)) for k, v in labels.items()}
+    hits = [v for (n, lab), v in metrics.items() if n == name and want <= lab]
+    assert len(hits) == 1, (name, labels, hits)
+    return hits[0]
+
+
+ETHTOOL = (
+    "NIC statistics:\n     rx_prio3_pause: 41927\n     rx_prio3_pause_duration: 8134\n"
+    "     tx_prio3_pause: 1290418\n     tx_prio3_pause_duration: 2914772\n"
+    "     rx_prio3_pause_transition: 39218\n     tx_pause_storm_warning_events: 2\n"
+    "     tx_pause_storm_error_events: 1\n"
+)
+
+
+def fake_run(outputs):
+    def run(argv):
+        key = " ".join(argv)
+        for k, v in outputs.items():
+            if key.endswith(k):
+                return v
+        return 127, ""
+
+    return run
+
+
+def test_collect_converts_and_labels(tmp_path):
+    root = make_sysfs(tmp_path)
+    nvlink = read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt")
+    errors = read_fixture("nvidia-smi-nvlink-errors", "h100_elided_stas00.txt")
+    run = fake_run(
+        {"-S enp170s0f0np0": (0, ETHTOOL), "nvlink --status": (0, nvlink), "nvlink -e": (0, errors)}
+    )
+    text = c.collect(
+        {"expected_rate_gbps": {"InfiniBand": 400}}, sysfs=str(root), run=run, host="gpu04", now=1.5
+    )
+    m = parse_exposition(text)
+    ib = {"host": "gpu04", "device": "mlx5_0", "port": "1"}
+    assert get(m, "fabricops_ib_port_transmit_bytes_total", **ib) == 4000  # 4-byte words
+    assert get(m, "fabricops_ib_port_receive_bytes_total", **ib) == 1000
+    assert get(m, "fabricops_ib_port_symbol_errors_total", **ib) == 3
+    assert get(m, "fabricops_ib_port_link_downed_total", **ib) == 8
+    assert get(m, "fabricops_ib_port_transmit_discards_total", **ib) == 2
+    assert get(m, "fabricops_ib_port_rate_bits_per_second", **ib) == 200e9
+    assert get(m, "fabricops_ib_port_width_lanes", **ib) == 2
+    assert get(m, "fabricops_ib_port_expected_rate_bits_per_second", **ib) == 400e9
+    assert get(m, "fabricops_ib_port_up", **ib) == 1
+    eth = {"host": "gpu04", "device": "mlx5_2", "port": "1"}
+    assert get(m, "fabricops_ib_port_up", **eth) == 0
+    assert get(m, "fabricops_ib_port_state", **eth) == 1
+    assert get(m, "fabricops_ib_port_physical_state", **eth) == 3
+    assert get(m, "fabricops_roce_ecn_marked_packets_total", netdev="enp170s0f0np0", **eth) == 77
+    assert get(m, "fabricops_roce_cnp_sent_total", **eth) == 0
+    assert get(m, "fabricops_roce_retransmits_total", **eth) == 6
+    pfc = {"netdev": "enp170s0f0np0", "priority": "3"}
+    assert get(m, "fabricops_pfc_receive_pause_frames_total", **pfc) == 41927
+    assert get(m, "fabricops_pfc_transmit_pause_duration_seconds_total", **pfc) == pytest.approx(2.914772)
+    assert get(m, "fabricops_pfc_pause_storm_error_events_total", netdev="enp170s0f0np0") == 1
+    assert get(m, "fabricops_nvlink_link_up", gpu="3", link="0") == 1
+    assert get(m, "fabricops_collector_source_up", source="nvlink_errors") == 1
+    assert get(m, "fabricops_collector_last_run_timestamp_seconds") == 1.5
+    # TYPE lines for counters
+    assert "# TYPE fabricops_ib_port_symbol_errors_total counter" in text
+
+
+def test_failing_sources_are_reported_not_fatal(tmp_path):
+    root = make_sysfs(tmp_path)
+    text = c.collect({}, sysfs=str(root), run=fake_run({}), host="h")
+    m = parse_exposition(text)
+    assert get(m, "fabricops_collector_source_up", source="ethtool") == 0
+    assert get(m, "fabricops_collector_source_up", source="nvlink_status") == 0
+    assert get(m, "fabricops_collector_source_up", source="sysfs") == 1
+    assert not any(n == "fabricops_ib_port_expected_rate_bits_per_second" for n, _ in m)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["v100_two_inactive_links.txt", "rtx_a6000_all_links_inactive.txt", "h800_8_links_elided_spaces.txt"],
+)
+def test_nvlink_status_agrees_with_the_fabricops_parser(name):
+    from fabricops.parsers.nvidia_smi import parse_nvlink
+
+    text = read_fixture("nvidia-smi-nvlink", name)
+    mine = c.parse_nvlink_status(text)
+    full = parse_nvlink(text)
+    expected = [(g.index, ln.link, ln.active) for g in full.gpus for ln in g.links]
+    assert [(x["gpu"], x["link"], x["up"]) for x in mine] == expected
+
+
+def test_nvlink_status_inactive_links():
+    mine = c.parse_nvlink_status(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt"))
+    inactive = [(x["gpu"], x["link"]) for x in mine if not x["up"]]
+    assert inactive and all(x["speed_gbs"] is None for x in mine if not x["up"])
+    assert {x["speed_gbs"] for x in mine if x["up"]} == {25.781}
+
+
+def test_nvlink_errors_capture():
+    errs = c.parse_nvlink_errors(read_fixture("nvidia-smi-nvlink-errors", "h100_elided_stas00.txt"))
+    assert {(e["link"], e["kind"]) for e in errs} == {
+        (n, k) for n in (0, 1, 17) for k in ("replay", "recovery", "crc")
+    }
+    assert all(e["gpu"] == 0 and e["value"] == 0 for e in errs)
+    data_crc = "GPU 1: x (UUID: GPU-1)\n\t Link 2: Data CRC Errors: 4\n\t Link 2: Flit CRC Errors: 3\n"
+    reg = c.Registry()
+    c.nvlink_metrics(reg, "h", [], c.parse_nvlink_errors(data_crc))
+    assert 'fabricops_nvlink_crc_errors_total{gpu="1",host="h",link="2"} 7' in reg.render()
+
+
+def test_ethtool_capture_and_errors():
+    stats = c.parse_ethtool_stats(read_fixture("ethtool-stats", "cx4_ubuntu1804_head_ethq8.txt"))
+    assert stats["rx_bytes"] == 2195783498134 and stats["tx_queue_stopped"] == 0
+    with pytest.raises(c.SourceError):
+        c.parse_ethtool_stats("")
+    with pytest.raises(c.SourceError):
+        c.parse_ethtool_stats(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt"))
+    with pytest.raises(c.SourceError):
+        c.parse_nvlink_status("NIC statistics:\n     rx_bytes: 1\n")
+
+
+def test_rate_and_state_parsing():
+    assert c.parse_rate("2.5 Gb/sec (1X SDR)") == (2.5e9, 1, "SDR")
+    assert c.parse_rate("400 Gb/sec (4X NDR)") == (400e9, 4, "NDR")
+    assert c.parse_state("4: ACTIVE") == (4, "ACTIVE")
+    with pytest.raises(c.SourceError):
+        c.parse_rate("fast")
+
+
+def test_write_atomic_and_main(tmp_path, capsys):
+    root = make_sysfs(tmp_path / "sys")
+    out = tmp_path / "tf" / "fabricops.prom"
+    out.parent.mkdir()
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"nvlink": false, "ethtool": "/nonexistent/ethtool", "host": "gpu09"}')
+    assert c.main(["--config", str(cfg), "--output", str(out), "--sysfs", str(root)]) == 0
+    text = out.read_text()
+    assert 'host="gpu09"' in text and oct(out.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in out.parent.iterdir()] == ["fabricops.prom"]  # no temp file left
+
+
+def test_escape_label_values():
+    reg = c.Registry()
+    reg.add("collector_source_up", {"host": 'a"b\\c', "source": "x"}, 1)
+    assert 'host="a\\"b\\\\c"' in reg.render()
+    with pytest.raises(KeyError):
+        reg.add("no_such_metric", {}, 1)

@@ -1,0 +1,279 @@
+"""fabricops diagnose: evidence -> findings (symptom, evidence, cause, remedy), most likely first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import read_fixture
+
+from fabricops import diagnose as d
+from fabricops.cli import main
+
+CTX = d.Context(expected_rate_gbps={"InfiniBand": 400.0}, lossless_priority=3)
+
+
+def ok(text: str) -> dict:
+    return {"rc": 0, "stdout": text, "stderr": ""}
+
+
+def sysfs(**over) -> str:
+    """Two NDR IB ports and one RoCE port, healthy unless overridden ({"mlx5_0/1/state": ...})."""
+    ports = {
+        "mlx5_0/1": {
+            "state": "4: ACTIVE",
+            "phys_state": "5: LinkUp",
+            "rate": "400 Gb/sec (4X NDR)",
+            "link_layer": "InfiniBand",
+            "counters/symbol_error": "0",
+            "counters/link_downed": "0",
+            "gid_attrs/types/0": "IB/RoCE v1",
+        },
+        "mlx5_1/1": {
+            "state": "4: ACTIVE",
+            "phys_state": "5: LinkUp",
+            "rate": "400 Gb/sec (4X NDR)",
+            "link_layer": "InfiniBand",
+            "counters/symbol_error": "0",
+            "counters/link_downed": "0",
+        },
+        "mlx5_2/1": {
+            "state": "4: ACTIVE",
+            "phys_state": "5: LinkUp",
+            "rate": "400 Gb/sec (4X NDR)",
+            "link_layer": "Ethernet",
+            "hw_counters/np_cnp_sent": "50",
+            "hw_counters/np_ecn_marked_roce_packets": "100",
+            "gid_attrs/types/0": "RoCE v1",
+            "gid_attrs/types/1": "RoCE v2",
+            "gid_attrs/types/2": "RoCE v1",
+            "gid_attrs/types/3": "RoCE v2",
+        },
+    }
+    for key, val in over.items():
+        dev, port, attr = key.split("/", 2)
+        ports[f"{dev}/{port}"][attr] = val
+    lines = []
+    for dp, attrs in ports.items():
+        dev, port = dp.split("/")
+        for attr, val in attrs.items():
+            lines.append(f"{dev}/ports/{port}/{attr}:{val}")
+    lines += [
+        "netdev:mlx5_0/device/net/ibp26s0",
+        "netdev:mlx5_1/device/net/ibp60s0",
+        "netdev:mlx5_2/device/net/enp170s0f0np0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+NVLINK_OK = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n" + "".join(
+    f"\t Link {i}: 26.562 GB/s\n" for i in range(18)
+)
+ETH = (
+    "NIC statistics:\n     rx_prio3_pause: {p}\n     rx_prio3_pause_duration: {d}\n"
+    "     tx_pause_storm_error_events: {e}\n"
+)
+
+
+def evidence(**over) -> dict:
+    raw = {
+        "sysfs": ok(sysfs()),
+        "ecn": ok(
+            "".join(
+                f"/sys/class/net/enp170s0f0np0/ecn/{pt}/enable/{p}:1\n"
+                for pt in ("roce_np", "roce_rp")
+                for p in range(8)
+            )
+        ),
+        "nvlink": ok(NVLINK_OK),
+        "nccl": ok("NCCL_IB_GID_INDEX=3\n"),
+        "mlnx_qos:enp170s0f0np0": ok(read_fixture("mlnx_qos", "trust_dscp_no_buffers_netarbiter.txt")),
+        "ethtool:enp170s0f0np0": ok(ETH.format(p=0, d=0, e=0) + "===\n" + ETH.format(p=0, d=0, e=0)),
+    }
+    raw.update(over)
+    return raw
+
+
+def kinds(findings):
+    return [(f.kind, f.device) for f in findings]
+
+
+def test_healthy_gives_no_finding():
+    assert d.analyse({"gpu04": evidence()}, CTX) == []
+
+
+def test_port_down_first_with_symptom_evidence_cause_remedy():
+    raw = evidence(
+        sysfs=ok(
+            sysfs(
+                **{
+                    "mlx5_0/1/state": "1: DOWN",
+                    "mlx5_0/1/phys_state": "3: Disabled",
+                    "mlx5_0/1/rate": "10 Gb/sec (4X SDR)",
+                }
+            )
+        ),
+        nccl=ok("NCCL_IB_GID_INDEX=1\n"),
+    )
+    found = d.analyse({"gpu04": raw}, CTX)
+    assert kinds(found)[0] == ("port_down", "mlx5_0/1")
+    assert ("gid_index", "mlx5_2/1") in kinds(found)  # a lesser finding still listed, after
+    f = found[0]
+    assert "NCCL timeout" in f.symptom and "ibp26s0" in f.cause and "Disabled" in f.evidence[0] and f.remedy
+
+
+def test_reduced_width_and_lower_speed():
+    found = d.analyse({"h": evidence(sysfs=ok(sysfs(**{"mlx5_1/1/rate": "200 Gb/sec (2X NDR)"})))}, CTX)
+    assert kinds(found) == [("port_degraded", "mlx5_1/1")]
+    assert "2X instead of 4X" in found[0].cause and found[0].symptom == d.SYMPTOM_SLOW
+    found = d.analyse({"h": evidence(sysfs=ok(sysfs(**{"mlx5_1/1/rate": "200 Gb/sec (4X HDR)"})))}, CTX)
+    assert "negotiated HDR" in found[0].cause
+    # no profile rate, no judgement
+    assert (
+        d.analyse({"h": evidence(sysfs=ok(sysfs(**{"mlx5_1/1/rate": "200 Gb/sec (2X NDR)"})))}, d.Context())
+        == []
+    )
+
+
+def test_flapping_at_the_profile_threshold_and_symbol_errors():
+    raw = evidence(
+        sysfs=ok(
+            sysfs(
+                **{
+                    "mlx5_0/1/counters/link_downed": "8",
+                    "mlx5_0/1/counters/symbol_error": "500",
+                    "mlx5_1/1/counters/symbol_error": "3",
+                }
+            )
+        )
+    )
+    found = d.analyse({"h": raw}, CTX)
+    assert kinds(found) == [("link_flapping", "mlx5_0/1"), ("symbol_errors", "mlx5_1/1")]
+    four = evidence(sysfs=ok(sysfs(**{"mlx5_0/1/counters/link_downed": "4"})))
+    assert d.analyse({"h": four}, CTX) == []
+
+
+def test_nvlink_inactive_from_a_real_capture():
+    raw = evidence(nvlink=ok(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt")))
+    found = d.analyse({"h": raw}, CTX)
+    assert found and all(f.kind == "nvlink_inactive" for f in found)
+    assert "<inactive>" in found[0].evidence[0] and found[0].device.startswith("GPU")
+
+
+def test_pfc_storm_from_two_ethtool_samples():
+    storm = ETH.format(p=10, d=0, e=0) + "===\n" + ETH.format(p=500, d=1_800_000, e=0)
+    found = d.analyse({"h": evidence(**{"ethtool:enp170s0f0np0": ok(storm)})}, CTX)
+    assert kinds(found) == [("pfc_storm", "mlx5_2/1")]
+    assert "90% of the time" in found[0].evidence[0]
+    events = ETH.format(p=0, d=0, e=2) + "===\n" + ETH.format(p=0, d=0, e=2)
+    assert kinds(d.analyse({"h": evidence(**{"ethtool:enp170s0f0np0": ok(events)})}, CTX)) == [
+        ("pfc_storm", "mlx5_2/1")
+    ]
+
+
+def test_ecn_on_one_side_only():
+    raw = evidence(
+        sysfs=ok(sysfs(**{"mlx5_2/1/hw_counters/np_cnp_sent": "0"})),
+        ecn=ok("/sys/class/net/enp170s0f0np0/ecn/roce_np/enable/3:0\n"),
+    )
+    found = d.analyse({"h": raw}, CTX)
+    assert kinds(found) == [("ecn_one_side", "mlx5_2/1")]
+    assert any("np_cnp_sent 0" in e for e in found[0].evidence)
+
+
+def test_pfc_mismatch_with_the_definition_and_the_switch():
+    ctx = d.Context(
+        lossless_priority=3,
+        cabling=[{"host": "h", "netdev": "enp170s0f0np0", "switch": "leaf", "switch_port": "Eth1/4"}],
+        switches={"leaf": {"pfc_priorities": [3], "ports": {"Eth1/4": {"pfc_priorities": [], "ecn": True}}}},
+    )
+    found = d.analyse({"h": evidence()}, ctx)
+    assert kinds(found) == [("pfc_mismatch", "mlx5_2/1")]
+    assert "switch leaf Eth1/4: PFC on []" in found[0].evidence[0]
+    default_qos = read_fixture("mlnx_qos", "default_priority_strict.txt")
+    found = d.analyse({"h": evidence(**{"mlnx_qos:enp170s0f0np0": ok(default_qos)})}, CTX)
+    assert kinds(found) == [("pfc_mismatch", "mlx5_2/1")]
+
+
+def test_gid_index_must_select_roce_v2_ipv4():
+    found = d.analyse({"h": evidence(nccl=ok("# tuned\nNCCL_IB_GID_INDEX = 1\n"))}, CTX)
+    assert kinds(found) == [("gid_index", "mlx5_2/1")] and "NCCL_IB_GID_INDEX=1" in found[0].cause
+
+
+def test_mtu_mismatch_between_hosts_from_real_ibv_devinfo():
+    text = read_fixture("ibv_devinfo", "cx6_roce_verbose.txt")
+    other = text.replace("active_mtu:             4096 (5)", "active_mtu:             1024 (3)")
+    assert other != text
+    ev = {
+        "a": evidence(ibv_devinfo=ok(text)),
+        "b": evidence(ibv_devinfo=ok(text)),
+        "c": evidence(ibv_devinfo=ok(other)),
+    }
+    found = d.analyse(ev, CTX)
+    assert [(f.kind, f.host) for f in found] == [("mtu_mismatch", "c")]
+    assert "1024" in found[0].evidence[0] and "4096" in found[0].cause
+
+
+def test_ipoib_unreachable():
+    raw = evidence(**{"ping:gpu02:10.0.0.2": {"rc": 1, "stdout": "100% packet loss", "stderr": ""}})
+    found = d.analyse({"gpu01": raw}, CTX)
+    assert kinds(found) == [("connectivity", None)] and "gpu02" in found[0].cause
+
+
+def test_order_by_likelihood_across_hosts():
+    ev = {
+        "a": evidence(nccl=ok("NCCL_IB_GID_INDEX=0\n")),
+        "b": evidence(
+            nvlink=ok(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt")),
+            sysfs=ok(sysfs(**{"mlx5_1/1/state": "1: DOWN"})),
+        ),
+    }
+    found = d.analyse(ev, CTX)
+    assert [f.kind for f in found][:2] == ["port_down", "nvlink_inactive"] and found[-1].kind == "gid_index"
+    assert [f.likelihood for f in found] == sorted((f.likelihood for f in found), reverse=True)
+
+
+def test_from_ansible_and_cli_from_evidence(tmp_path, capsys):
+    base = [
+        {"diagnose_cmd": {"key": k}, "rc": v["rc"], "stdout": v["stdout"], "stderr": ""}
+        for k, v in evidence(sysfs=ok(sysfs(**{"mlx5_0/1/state": "1: DOWN"}))).items()
+        if ":" not in k
+    ]
+    roce = [
+        {
+            "diagnose_netdev": "enp170s0f0np0",
+            "stdout": "qos_rc=0\n"
+            + read_fixture("mlnx_qos", "trust_dscp_no_buffers_netarbiter.txt")
+            + "#####\n"
+            + ETH.format(p=0, d=0, e=0)
+            + "===\n"
+            + ETH.format(p=0, d=0, e=0),
+        }
+    ]
+    (tmp_path / "gpu04.json").write_text(json.dumps({"ansible": {"base": base, "roce": roce}}))
+    (tmp_path / "context.json").write_text(
+        json.dumps({"fabricops_hardware_profile": "hgx-h100-ndr", "fabricops_roce": {"lossless_priority": 3}})
+    )
+    raw = d.from_ansible(json.loads((tmp_path / "gpu04.json").read_text()))
+    assert raw["mlnx_qos:enp170s0f0np0"]["rc"] == 0 and raw["ethtool:enp170s0f0np0"]["stdout"].startswith(
+        "NIC"
+    )
+    out = tmp_path / "f.json"
+    assert main(["diagnose", "--from-evidence", str(tmp_path), "--json", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["healthy"] is False and report["findings"][0]["kind"] == "port_down"
+    assert {"symptom", "evidence", "cause", "remedy"} <= set(report["findings"][0])
+    assert "1. [gpu04 mlx5_0/1]" in capsys.readouterr().out
+
+
+def test_cli_bad_input(tmp_path, capsys):
+    assert main(["diagnose", "--from-evidence", str(tmp_path / "nope")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "context.json").write_text(json.dumps({"fabricops_hardware_profile": "no-such-profile"}))
+    (tmp_path / "h.json").write_text(json.dumps(evidence()))
+    assert main(["diagnose", "--from-evidence", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("text", ["", "garbage:line\n"])
+def test_unreadable_sysfs_gives_no_port_finding(text):
+    assert d.analyse({"h": evidence(sysfs=ok(text))}, CTX) == []
