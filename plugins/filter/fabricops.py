@@ -10,6 +10,7 @@ Other roles may add their filters here.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 try:
     from fabricops import ipoib as _ipoib
@@ -48,7 +49,8 @@ def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark):
         "roce": _plain(roce) or None,
         "socket_ifname": str(socket_ifname) if socket_ifname else None,
         "overrides": _plain(overrides) or {},
-        "allow_benchmark": bool(allow_benchmark),
+        # -e key=value gives strings: "false" must not switch the benchmark settings on.
+        "allow_benchmark": boolean(allow_benchmark, strict=True) if allow_benchmark is not None else False,
     }
 
 

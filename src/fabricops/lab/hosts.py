@@ -160,6 +160,10 @@ def install_emulated_software(root: Path) -> bool:
         WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "nvidia-smi").replace("@VENDOR@", "NVIDIA driver")
     )
     _write(root / "usr/bin/nvidia-smi", wrapper, 0o755)
+    # The mlx5 driver's statistics (per-priority PFC pause counters) as `ethtool -S` prints them for
+    # the emulated NICs; /usr/local/sbin comes before /usr/sbin, and other netdevs get the real tool.
+    wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "ethtool").replace("@VENDOR@", "mlx5 driver")
+    _write(root / "usr/local/sbin/ethtool", wrapper, 0o755)
     return have_hwctl
 
 

@@ -31,6 +31,8 @@ TOOLS: dict[str, str] = {
     "ib_send_lat": "perftest:ib_send_lat",
     # NVIDIA driver
     "nvidia-smi": "nvidia:nvidia_smi",
+    # mlx5 driver statistics for `ethtool -S` (other netdevs and options: the real ethtool)
+    "ethtool": "ethtool:main",
 }
 
 
