@@ -210,3 +210,18 @@ def test_env_does_not_mutate_inputs(facts):
     overrides = {"NCCL_DEBUG": "WARN"}
     nccl_env("roce", facts, roce=ROCE, overrides=overrides)
     assert facts == before and overrides == {"NCCL_DEBUG": "WARN"}
+
+
+def test_filter_reads_string_booleans_as_ansible_does(facts):
+    """`-e nccl_profile_allow_benchmark_settings=false` arrives as the string "false"."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "plugins" / "filter" / "fabricops.py"
+    spec = importlib.util.spec_from_file_location("fabricops_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Exception, match="NCCL_ALGO"):
+        module.nccl_env(facts, "ib", overrides={"NCCL_ALGO": "Ring"}, allow_benchmark="false")
+    env = module.nccl_env(facts, "ib", overrides={"NCCL_ALGO": "Ring"}, allow_benchmark="true")
+    assert env["NCCL_ALGO"] == "Ring"
