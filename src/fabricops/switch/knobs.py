@@ -285,11 +285,9 @@ _CC = ("qos", "congestion-control", "default-global", "traffic-class", "{tc}")
 #: NVUE RoCE knobs (CL 5.x ``default-global`` profiles, which apply to every swp port).
 NVUE_KNOBS: tuple[NvueKnob, ...] = (
     NvueKnob("roce_mode", ("qos", "roce", "mode"), unset=("qos", "roce")),
-    NvueKnob(
-        "pfc_priority",
-        ("qos", "pfc", "default-global", "switch-priority"),
-        read=lambda v: ",".join(str(x) for x in sorted(int(p) for p in str(v).split(",") if p.strip())),
-    ),
+    # PFC switch priorities are a set in NVUE's data model: `nv set ... switch-priority 4` adds 4,
+    # `nv unset ... switch-priority 3` removes only 3. One presence fact per member.
+    NvueKnob("pfc_priority", ("qos", "pfc", "default-global", "switch-priority", "{sp}"), leaf=False),
     NvueKnob("trust", ("qos", "mapping", "default-global", "trust")),
     NvueKnob(
         "dscp_map",

@@ -178,7 +178,7 @@ def want_facts(spec: SwitchSpec) -> Facts:
         return facts
     if spec.buffer_pool:
         facts[("roce_mode",)] = spec.buffer_pool
-    facts[("pfc_priority",)] = str(lp)
+    facts[("pfc_priority", lp)] = True
     facts[("trust",)] = "l3" if r.trust == "dscp" else "l2"
     if r.trust == "dscp":
         for d, prio in r.dscp2prio.items():

@@ -11,11 +11,14 @@ import time
 import pytest
 from captures import read_fixture
 from netmiko import ConnectHandler
-from netmiko.exceptions import ConfigInvalidException, NetmikoAuthenticationException
+from netmiko.exceptions import ConfigInvalidException, NetmikoAuthenticationException, ReadTimeout
 
+from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.lab.switchd.server import serve
 from fabricops.parsers.nvue import parse_config_diff, parse_qos_roce
 from fabricops.parsers.onyx import parse_ecn, parse_pfc, parse_qos_trust, parse_running_config
+from fabricops.switch.knobs import nvue_facts
 
 PASSWORD = "lab-secret"
 
@@ -344,3 +347,277 @@ def test_cumulus_wrong_password_and_port_fault(cumulus):
         c.send_command("nv config diff")
     assert cumulus.fabric_state()["ports"]["swp3"]["link"] == "down"
     assert cumulus.fabric_state()["ports"]["swp1"]["link"] == "up"  # dropped before it was applied
+
+
+# ---------------------------------------------------------------- CLI fidelity (engines in-process)
+
+
+def _onyx(tmp_path, fabric=True):
+    sw = OnyxSwitch(
+        "leaf-onyx",
+        [f"Eth1/{n}" for n in range(1, 5)],
+        tmp_path / "onyx",
+        tmp_path / "onyx.json" if fabric else None,
+    )
+    sess = OnyxSession(sw)
+    for line in ("enable", "configure terminal"):
+        assert sess.handle(line) == ("", False)
+    return sw, sess
+
+
+def _cfg(sess, *lines):
+    return [sess.handle(ln)[0] for ln in lines]
+
+
+def _rc_lines(sw):
+    return [ln for ln in sw.running_config().splitlines() if "Generated at" not in ln]
+
+
+def test_onyx_ets_strict_wrr_and_no_form(tmp_path):
+    sw, sess = _onyx(tmp_path)
+    assert (
+        _cfg(
+            sess,
+            "interface ethernet 1/1-1/2 traffic-class 6 dcb ets strict",
+            "interface ethernet 1/1 traffic-class 3 dcb ets wrr 50",
+            "interface ethernet 1/2",
+            "traffic-class 0 dcb ets wrr 50",
+            "exit",
+        )
+        == [""] * 5
+    )
+    rc = parse_running_config(sw.running_config())
+    assert rc.interface_has("Eth1/2", "traffic-class 6 dcb ets strict")
+    assert rc.interface_has("Eth1/1", "traffic-class 3 dcb ets wrr 50")
+    assert rc.interface_has("Eth1/2", "traffic-class 0 dcb ets wrr 50")
+    # the no form, one-liner and inside the interface context: the line goes away
+    assert _cfg(sess, "interface ethernet 1/1-1/2 no traffic-class 6 dcb ets") == [""]
+    assert _cfg(sess, "interface ethernet 1/1", "no traffic-class 3 dcb ets", "exit") == ["", "", ""]
+    text = sw.running_config()
+    assert "dcb ets strict" not in text and "traffic-class 3 dcb ets" not in text
+    assert parse_running_config(text).interface_has("Eth1/2", "traffic-class 0 dcb ets wrr 50")
+    assert sw.cfg["ports"]["Eth1/1"]["ets"] == {} and sw.cfg["ports"]["Eth1/2"]["ets"] == {0: "wrr 50"}
+    # what the real CLI refuses
+    bad = _cfg(
+        sess,
+        "interface ethernet 1/1 traffic-class 3 dcb ets wrr",
+        "interface ethernet 1/1 traffic-class 3 dcb ets wrr 101",
+        "interface ethernet 1/1 traffic-class 8 dcb ets strict",
+        "interface ethernet 1/1 no traffic-class 3 dcb ets strict",
+    )
+    assert bad[0] == '% Incomplete command.\nType "?" for help.\n'
+    assert bad[1].startswith('% Unrecognized command "101".')
+    assert bad[2].startswith('% Unrecognized command "8".')
+    assert bad[3].startswith('% Unrecognized command "strict".')
+    assert sw.cfg["ports"]["Eth1/1"]["ets"] == {}
+
+
+def test_onyx_no_congestion_control_removes_the_line(tmp_path):
+    sw, sess = _onyx(tmp_path)
+    ecn = "traffic-class 3 congestion-control ecn minimum-absolute 150 maximum-absolute 1500"
+    assert _cfg(sess, f"interface ethernet 1/1-1/2 {ecn}") == [""]
+    assert parse_running_config(sw.running_config()).interface_has("Eth1/1", ecn)
+    assert _cfg(sess, "interface ethernet 1/1-1/2 no traffic-class 3 congestion-control") == [""]
+    text = sw.running_config()
+    assert "congestion-control" not in text  # no `no traffic-class ...` line is left behind
+    fabric = json.loads((tmp_path / "onyx.json").read_text())
+    assert fabric["ports"]["Eth1/1"]["ecn"] == {}
+    ecn_json = parse_ecn(sess.handle("show interfaces ethernet 1/1 congestion-control | json-print")[0])
+    assert ecn_json.traffic_classes[3].mode == "none"
+    # with the `roce` one-shot, removing the explicit line falls back to roce's ECN TC3 150/1500
+    assert _cfg(
+        sess,
+        "roce lossless",
+        "interface ethernet 1/1 traffic-class 3 congestion-control ecn "
+        "minimum-absolute 300 maximum-absolute 3000",
+    ) == ["", ""]
+    st = json.loads((tmp_path / "onyx.json").read_text())["ports"]["Eth1/1"]["ecn"]["3"]
+    assert (st["min_kb"], st["max_kb"]) == (300, 3000)
+    assert _cfg(sess, "interface ethernet 1/1 no traffic-class 3 congestion-control") == [""]
+    st = json.loads((tmp_path / "onyx.json").read_text())["ports"]["Eth1/1"]["ecn"]["3"]
+    assert (st["min_kb"], st["max_kb"]) == (150, 1500)
+    # RED is kept as a RED line (drops, no marking): no ECN in the fabric file, Mode RED in the show
+    red = "traffic-class 3 congestion-control red minimum-absolute 100 maximum-absolute 900"
+    assert _cfg(sess, f"interface ethernet 1/2 {red}") == [""]
+    assert parse_running_config(sw.running_config()).interface_has("Eth1/2", red)
+    assert json.loads((tmp_path / "onyx.json").read_text())["ports"]["Eth1/2"]["ecn"] == {}
+    tc3 = parse_ecn(sess.handle("show interfaces ethernet 1/2 congestion-control | json-print")[0])
+    assert tc3.traffic_classes[3].mode == "RED" and not tc3.traffic_classes[3].ecn
+    assert tc3.traffic_classes[3].max_threshold == 900
+    # a saved configuration replays
+    sess.handle("configuration write")
+    again = OnyxSwitch("leaf-onyx", sw.ports, tmp_path / "onyx", None)
+    assert _rc_lines(again) == _rc_lines(sw)
+
+
+POOL = [
+    "traffic pool roce type lossless",
+    "traffic pool roce memory percent 50.00",
+    "traffic pool roce map switch-priority 3",
+]
+
+
+def test_onyx_traffic_pool_commands_running_config_and_state(tmp_path):
+    sw, sess = _onyx(tmp_path)
+    assert _cfg(sess, *POOL) == ["", "", ""]
+    lines = _rc_lines(sw)
+    i = lines.index("## Interface Ethernet buffer configuration")
+    # the section exactly as a real Onyx running-config prints it (see docs/lab-switches.md)
+    assert lines[i - 1 : i + 5] == [
+        "##",
+        "## Interface Ethernet buffer configuration",
+        "##",
+        *(f"   {ln}" for ln in POOL),
+    ]
+    assert parse_running_config(sw.running_config()).traffic_pool_lines == POOL
+    fabric = json.loads((tmp_path / "onyx.json").read_text())
+    assert fabric["buffer_pools"] == {
+        "roce": {"type": "lossless", "switch_priorities": [3], "memory_percent": 50.0}
+    }
+    # list form, moving a priority to another pool, the no forms
+    assert (
+        _cfg(
+            sess,
+            "traffic pool roce map switch-priority 4 5",
+            "traffic pool bulk map switch-priority 5",
+            "no traffic pool roce map switch-priority 4",
+            "traffic pool roce memory percent 40",
+        )
+        == [""] * 4
+    )
+    pools = json.loads((tmp_path / "onyx.json").read_text())["buffer_pools"]
+    assert pools["roce"] == {"type": "lossless", "switch_priorities": [3], "memory_percent": 40.0}
+    assert pools["bulk"] == {"type": "lossy", "switch_priorities": [5], "memory_percent": None}
+    assert "   traffic pool roce memory percent 40.00" in _rc_lines(sw)
+    assert _cfg(sess, "no traffic pool roce memory percent", "no traffic pool roce type lossless") == ["", ""]
+    assert json.loads((tmp_path / "onyx.json").read_text())["buffer_pools"]["roce"] == {
+        "type": "lossy",
+        "switch_priorities": [3],
+        "memory_percent": None,
+    }
+    # saved and replayed
+    assert _cfg(sess, "traffic pool roce type lossless", "configuration write") == ["", ""]
+    again = OnyxSwitch("leaf-onyx", sw.ports, tmp_path / "onyx", None)
+    assert again.cfg["pools"] == sw.cfg["pools"]
+    assert _cfg(sess, "no traffic pool bulk", "no traffic pool roce force") == ["", ""]
+    assert json.loads((tmp_path / "onyx.json").read_text())["buffer_pools"] == {}
+    assert "traffic pool" not in sw.running_config()
+    # errors
+    bad = _cfg(
+        sess,
+        "traffic pool roce type lossful",
+        "traffic pool roce map switch-priority 8",
+        "traffic pool roce memory percent 120",
+        "traffic pool roce map",
+        "no traffic pool nopool",
+    )
+    assert bad[0].startswith('% Unrecognized command "lossful".')
+    assert bad[1].startswith('% Unrecognized command "8".')
+    assert bad[2].startswith('% Unrecognized command "120".')
+    assert bad[3] == '% Incomplete command.\nType "?" for help.\n'
+    assert bad[4] == "% Traffic pool nopool does not exist\n"
+    assert sw.cfg["pools"] == {}
+
+
+def _nvue(tmp_path):
+    sw = NvueSwitch("leaf-cumulus", [f"swp{n}" for n in range(1, 5)], tmp_path / "nv", tmp_path / "nv.json")
+    return sw, NvueSession(sw)
+
+
+def test_nvue_bw_percent_is_a_leaf(tmp_path):
+    sw, sess = _nvue(tmp_path)
+    for cmd in (
+        "nv set qos egress-scheduler default-global traffic-class 3 mode dwrr",
+        "nv set qos egress-scheduler default-global traffic-class 3 bw-percent 50",
+        "nv set qos egress-scheduler default-global traffic-class 0 bw-percent 50",
+        "nv config apply -y",
+    ):
+        assert sess.handle(cmd)[0] in ("", f"applied [rev_id: {sw.rev}]\n")
+    tc = sw.applied["qos"]["egress-scheduler"]["default-global"]["traffic-class"]
+    assert tc == {"3": {"mode": "dwrr", "bw-percent": 50}, "0": {"bw-percent": 50}}
+    shown = json.loads(sess.handle("nv show qos egress-scheduler default-global traffic-class 3 -o json")[0])
+    assert shown == {"mode": "dwrr", "bw-percent": 50}
+    facts = nvue_facts(sw.applied["qos"], {})
+    assert facts[("ets_bw", 3)] == 50 and facts[("ets_mode", 3)] == "dwrr"
+    # a new value replaces the leaf (no second key appears)
+    sess.handle("nv set qos egress-scheduler default-global traffic-class 3 bw-percent 40")
+    assert sw.pending["qos"]["egress-scheduler"]["default-global"]["traffic-class"]["3"]["bw-percent"] == 40
+    out = sess.handle("nv set qos egress-scheduler default-global traffic-class 3 bw-percent 150")[0]
+    assert out.startswith("Error: Invalid config") and "bw-percent: '150'" in out
+    sess.handle("nv unset qos egress-scheduler default-global traffic-class 3 bw-percent")
+    assert sw.pending["qos"]["egress-scheduler"]["default-global"]["traffic-class"]["3"] == {"mode": "dwrr"}
+
+
+def test_nvue_pfc_switch_priority_is_a_set(tmp_path):
+    sw, sess = _nvue(tmp_path)
+    sess.handle("nv set qos roce mode lossless")
+    sess.handle("nv set qos pfc default-global switch-priority 3")
+    sess.handle("nv set qos pfc default-global switch-priority 4")  # adds a member, keeps 3
+    pfc = sw.pending["qos"]["pfc"]["default-global"]
+    assert pfc["switch-priority"] == {"3": {}, "4": {}}
+    assert sw.roce_view(sw.pending)["pfc"] == [3, 4]
+    sess.handle("nv unset qos pfc default-global switch-priority 3")  # only that member goes
+    assert pfc["switch-priority"] == {"4": {}}
+    assert sw.roce_view(sw.pending)["pfc"] == [4]
+    diff = parse_config_diff(sess.handle("nv config diff")[0])
+    assert diff.set["qos"]["pfc"]["default-global"]["switch-priority"] == {"4": {}}
+    sess.handle("nv config apply -y")
+    assert json.loads((tmp_path / "nv.json").read_text())["ports"]["swp1"]["pfc"] == [0, 0, 0, 0, 1, 0, 0, 0]
+    shown = json.loads(sess.handle("nv show qos pfc default-global -o json")[0])
+    assert shown == {"switch-priority": {"4": {}}}
+    assert sess.handle("nv config show -o commands")[0].count("switch-priority 4\n") == 1
+    sess.handle("nv set qos pfc default-global switch-priority 0,2-3")
+    assert set(sw.pending["qos"]["pfc"]["default-global"]["switch-priority"]) == {"0", "2", "3", "4"}
+    for sp in ("0", "2", "3", "4"):
+        sess.handle(f"nv unset qos pfc default-global switch-priority {sp}")
+    assert "switch-priority" not in sw.pending["qos"]["pfc"]["default-global"]  # back to roce's default
+    assert sw.roce_view(sw.pending)["pfc"] == [3]
+    # elsewhere switch-priority stays a leaf: the DSCP map
+    sess.handle("nv set qos mapping default-global dscp 26 switch-priority 3")
+    sess.handle("nv set qos mapping default-global dscp 26 switch-priority 5")
+    assert sw.pending["qos"]["mapping"]["default-global"]["dscp"]["26"] == {"switch-priority": "5"}
+
+
+def test_dropped_session_engines_close(tmp_path):
+    _sw, sess = _onyx(tmp_path, fabric=False)
+    (tmp_path / "onyx" / "faults.json").write_text(json.dumps({"drop_after_commands": 1}))
+    assert sess.handle("hostname x") == ("", True)
+    assert sess.closed and sess.handle("show version") == ("", True)
+    _nsw, nsess = _nvue(tmp_path)
+    (tmp_path / "nv" / "faults.json").write_text(json.dumps({"drop_after_commands": 1}))
+    assert nsess.handle("nv set qos roce") == ("", True)
+    assert nsess.closed and nsess.handle("nv show qos roce") == ("", True)
+
+
+def test_onyx_drop_closes_the_connection_netmiko_view(onyx):
+    """What netmiko raises when the switch drops the session (as docs/lab-switches.md describes)."""
+    onyx.state.mkdir(exist_ok=True)
+    (onyx.state / "faults.json").write_text(json.dumps({"drop_after_commands": 1}))
+    c = onyx.connect("mellanox_mlnxos", read_timeout_override=2)
+    c.enable()
+    assert c.is_alive()
+    t0 = time.monotonic()
+    with pytest.raises(ReadTimeout, match="Pattern not detected"):
+        c.send_config_set(["dcb priority-flow-control enable force", "roce lossless"])
+    assert time.monotonic() - t0 < 10  # bounded by read_timeout, not a hang
+    assert not c.is_alive()  # the transport saw the connection end
+    with pytest.raises(OSError, match="Socket is closed"):
+        c.send_command("show version")
+    assert onyx.switch.cfg["pfc_enabled"] and onyx.switch.cfg["roce"] is None
+    c.disconnect()
+    c = onyx.connect("mellanox_mlnxos")  # fires once per arming: a new session works
+    c.enable()
+    assert "Onyx" in c.send_command("show version")
+    c.disconnect()
+
+
+def test_cumulus_drop_closes_the_connection_netmiko_view(cumulus):
+    cumulus.state.mkdir(exist_ok=True)
+    (cumulus.state / "faults.json").write_text(json.dumps({"drop_after_commands": 1}))
+    c = cumulus.connect("cumulus_linux", read_timeout_override=2)
+    with pytest.raises(ReadTimeout):
+        c.send_command("nv set qos roce mode lossless")
+    assert not c.is_alive()
+    with pytest.raises(OSError, match="Socket is closed"):
+        c.send_command("nv config diff")
+    assert cumulus.switch.pending["qos"]["roce"]["mode"] == "lossless"  # ran, then the session went

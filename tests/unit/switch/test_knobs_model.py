@@ -81,12 +81,12 @@ def test_nvue_tree_reading_normalises_sizes_and_bare_values():
         "congestion-control": {"default-global": {"traffic-class": {"3": {
             "min-threshold": "150KB", "max-threshold": "1.5MB", "probability": "100", "ecn": "enable"}}}},
         "egress-scheduler": {"default-global": {"traffic-class": {"3": {"bw-percent": {"50": {}}}}}},
-        "pfc": {"default-global": {"switch-priority": "3"}},
+        "pfc": {"default-global": {"switch-priority": {"3": {}}}},
     }
     facts = nvue_facts(qos, {"swp2": {"qos": {"pfc-watchdog": {}}}})
     assert facts[("ecn_min", 3)] == 150000 and facts[("ecn_max", 3)] == 1500000
     assert facts[("ecn_probability", 3)] == 100 and facts[("ets_bw", 3)] == 50
-    assert facts[("pfc_priority",)] == "3" and facts[("port_pfc_wd", "swp2")] is True
+    assert facts[("pfc_priority", 3)] is True and facts[("port_pfc_wd", "swp2")] is True
     assert bytes_value("146KB") == 146000 and bytes_value("nonsense") is None
 
 
@@ -99,7 +99,7 @@ def test_want_comes_from_the_shared_definition():
     assert want[("port_ecn", "Eth1/2", 4)] == (200, 2000)
     assert want[("port_ets", "Eth1/1", 6)] == "strict" and want[("port_ets", "Eth1/1", 4)] == "wrr 50"
     nv = want_facts(switch_spec("cumulus", {"lossless_priority": 4, "dscp": 34}, ["swp1"]))
-    assert nv[("dscp_map", 34)] == 4 and nv[("dscp_map", 48)] == 6 and nv[("pfc_priority",)] == "4"
+    assert nv[("dscp_map", 34)] == 4 and nv[("dscp_map", 48)] == 6 and nv[("pfc_priority", 4)] is True
     assert nv[("ecn_min", 4)] == 150000 and nv[("roce_mode",)] == "lossless"
 
 

@@ -117,7 +117,7 @@ def test_parsed_real_onyx_capture_and_nvue_config_show(nvue_rack):
     _run(nvue_rack, state="merged")
     shown = nvue_rack.connect().send_command("nv config show")
     parsed = run(switch="sw", os_name="cumulus", state="parsed", running_config=shown)
-    assert parsed["parsed"]["global"]["pfc_priority"] == "3"
+    assert parsed["parsed"]["global"]["pfc_priority"] == {"3": True}
     assert parsed["parsed"]["ports"]["swp4"] == {"port_pfc_wd": True}
 
 

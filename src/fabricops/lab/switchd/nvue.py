@@ -44,7 +44,13 @@ LEAVES = {
     "traffic-class",
     "switch-priority",
     "port-buffer",
+    "bw-percent",
 }
+# NVUE collections whose members are bare IDs (``switch-priority: {'3': {}}``): under these paths
+# ``switch-priority`` is a set that ``nv set`` adds to and ``nv unset ... switch-priority N`` removes
+# one member from (elsewhere, e.g. ``qos mapping default-global dscp 26 switch-priority 3``, it is a leaf).
+ID_SETS = {("qos", "pfc", "switch-priority"), ("qos", "link-pause", "switch-priority")}
+INT_LEAVES = {"bw-percent"}  # typed integer leaves (NVUE shows them as numbers)
 TOP = {"qos", "interface", "system", "router", "bridge", "vrf", "service", "mlag", "evpn", "nve"}
 ROCE_DEFAULT_ECN = (150000, 1500000)  # bytes, tc 0 and 3 (Cumulus "RoCE" default table)
 
@@ -60,6 +66,11 @@ def expand_ports(spec: str) -> list[str]:
         a, b = int(m.group(2)), int(m.group(3) or m.group(2))
         out.extend(f"{m.group(1)}{n}" for n in range(a, b + 1))
     return out
+
+
+def _is_id_set(path: list[str]) -> bool:
+    """``qos pfc default-global switch-priority`` -> True (profile name ignored)."""
+    return len(path) == 4 and (path[0], path[1], path[3]) in ID_SETS
 
 
 def _expand_numbers(spec: str) -> list[str]:
@@ -161,7 +172,9 @@ class NvueSwitch:
         mode = (roce or {}).get("mode", "lossless") if enabled else None
         pfc: list[int] = [3] if mode in {"lossless", "lossless-single-ipool"} else []
         sp = self._get(tree, "qos", "pfc", "default-global", "switch-priority")
-        if sp is not None:
+        if isinstance(sp, dict):  # the NVUE collection {'3': {}, '4': {}}
+            pfc = sorted(int(x) for x in sp if str(x).isdigit())
+        elif sp is not None:  # a bare value (hand-written startup.yaml)
             pfc = sorted(int(x) for x in _expand_numbers(str(sp)) if x.isdigit())
         trust = "l3" if enabled else "l2"
         t = self._get(tree, "qos", "mapping", "default-global", "trust")
@@ -226,7 +239,7 @@ class NvueSwitch:
         i = 0
         while i < len(tokens):
             tok = tokens[i]
-            if tok in LEAVES and i == len(tokens) - 2:
+            if tok in LEAVES and i == len(tokens) - 2 and not _is_id_set(tokens[: i + 1]):
                 return [([*p, tok], tokens[-1]) for p, _ in paths]
             prev = tokens[i - 1] if i else ""
             if prev == "interface":
@@ -254,6 +267,10 @@ class NvueSwitch:
             raise NvueError(
                 f"Error: Invalid config [rev_id: {self.rev}]\n"
                 f"  trust: '{value}' is not one of {sorted(TRUST)}"
+            )
+        if leaf in INT_LEAVES and not (str(value).isdigit() and 0 <= int(value) <= 100):
+            raise NvueError(
+                f"Error: Invalid config [rev_id: {self.rev}]\n  {leaf}: '{value}' is not an integer in 0-100"
             )
         if leaf in {"min-threshold", "max-threshold"} and to_bytes(str(value)) is None:
             raise NvueError(f"Error: Invalid config [rev_id: {self.rev}]\n  {leaf}: '{value}' is not a size")
@@ -284,7 +301,7 @@ class NvueSwitch:
                     node[path[-1]].setdefault("enable", "on")
                     node[path[-1]].setdefault("mode", "lossless")
             else:
-                node[path[-1]] = value
+                node[path[-1]] = int(value) if path[-1] in INT_LEAVES else value
                 if path[:2] == ["qos", "roce"] and path[-1] == "mode":
                     node.setdefault("enable", "on")
 
@@ -297,6 +314,10 @@ class NvueSwitch:
                     break
             if isinstance(node, dict):
                 node.pop(path[-1], None)
+                if _is_id_set(path[:-1]) and not node:  # the last member gone: back to the default
+                    parent = self._get(self.pending, *path[:-2])
+                    if isinstance(parent, dict):
+                        parent.pop(path[-2], None)
 
     # ---------------------------------------------------------------- config ops
     def diff_text(self, old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -435,6 +456,8 @@ class NvueSession:
         return "\nLinux " + self.sw.name + " 6.1.0-cl-1-amd64 #1 SMP PREEMPT_DYNAMIC x86_64\n\n"
 
     def handle(self, line: str) -> tuple[str, bool]:
+        if self.closed:
+            return "", True
         if self.sw.faults.refresh_changed_ports():
             self.sw.write_fabric()
         self.sw.check_confirm()
@@ -462,6 +485,8 @@ class NvueSession:
         except NvueError as exc:
             return str(exc) + "\n", False
         drop = self.sw.faults.count_config_command() if is_config else False
+        if drop:
+            self.closed = True  # the caller ends the SSH connection; nothing more is answered
         return out, drop
 
     def nv(self, args: list[str]) -> tuple[str, bool]:

@@ -16,13 +16,15 @@ from typing import Any
 
 from fabricops.parsers.onyx import expand_interface_range
 
-from .state import FaultWatch, port_entry, write_fabric_file
+from .state import FaultWatch, atomic_write_json, port_entry
 
 __all__ = ["ROCE_DEFAULTS", "OnyxSession", "OnyxSwitch"]
 
 RELEASE = "3.10.4504"
 ROCE_DEFAULTS = {"pfc_priority": 3, "ecn_tc": 3, "ecn_min_kb": 150, "ecn_max_kb": 1500, "trust": "L3"}
 _TRUST = {"l2": "L2", "l3": "L3", "both": "both", "port": "port"}
+POOL_TYPES = ("lossless", "lossy", "lossy-mc")  # `traffic pool NAME type T`; a new pool is lossy
+_CC_MODE = {"ecn": "ECN", "red": "RED", "both": "both"}  # as `show ... congestion-control` prints it
 
 
 def _unrecognized(token: str) -> str:
@@ -74,6 +76,7 @@ class OnyxSwitch:
             "pfc_prios": [],
             "roce": None,
             "pfc_wd": False,
+            "pools": {},  # name -> {"type": str, "prios": [int], "memory": float | None}
             "ports": {p: _empty_port() for p in self.ports},
         }
 
@@ -89,13 +92,17 @@ class OnyxSwitch:
         ecn: dict[int, tuple[int, int]] = {}
         if roce:
             ecn[ROCE_DEFAULTS["ecn_tc"]] = (ROCE_DEFAULTS["ecn_min_kb"], ROCE_DEFAULTS["ecn_max_kb"])
-        for tc, val in pc["ecn"].items():
-            if val is None:
+        for tc, (mode, mn, mx) in pc["ecn"].items():
+            if mode in ("ecn", "both"):
+                ecn[int(tc)] = (int(mn), int(mx))
+            else:  # RED only: drops, does not mark
                 ecn.pop(int(tc), None)
-            else:
-                ecn[int(tc)] = (int(val[0]), int(val[1]))
         link_up = not pc["shutdown"] and port not in self.faults.ports_down()
+        cc = {int(tc): tuple(v) for tc, v in pc["ecn"].items()}
+        if roce and ROCE_DEFAULTS["ecn_tc"] not in cc:
+            cc[ROCE_DEFAULTS["ecn_tc"]] = ("ecn", ROCE_DEFAULTS["ecn_min_kb"], ROCE_DEFAULTS["ecn_max_kb"])
         return {
+            "cc": cc,
             "pfc_global": pfc_global,
             "pfc_on": pfc_on,
             "prios": sorted(prios) if pfc_global else [],
@@ -111,7 +118,18 @@ class OnyxSwitch:
             trust = {"L3": "l3", "both": "l3", "L2": "l2", "port": "port"}[st["trust"]]
             pfc = st["prios"] if st["pfc_on"] else []
             ports[p] = port_entry(trust, pfc, st["ecn"], st["link_up"])
-        write_fabric_file(self.fabric_file, self.name, "onyx", ports)
+        if self.fabric_file:
+            pools = {
+                name: {
+                    "type": pl["type"],
+                    "switch_priorities": list(pl["prios"]),
+                    "memory_percent": pl["memory"],
+                }
+                for name, pl in sorted(self.cfg["pools"].items())
+            }
+            atomic_write_json(
+                self.fabric_file, {"name": self.name, "os": "onyx", "ports": ports, "buffer_pools": pools}
+            )
 
     # ---------------------------------------------------------------- running-config text
     def _ranges(self, ports: list[str]) -> list[str]:
@@ -151,14 +169,11 @@ class OnyxSwitch:
                 eth.setdefault(p, []).append("shutdown")
             if pc["trust"]:
                 eth.setdefault(p, []).append(f"qos trust {pc['trust']}")
-            for tc, val in sorted(pc["ecn"].items()):
-                if val is None:
-                    eth.setdefault(p, []).append(f"no traffic-class {tc} congestion-control")
-                else:
-                    eth.setdefault(p, []).append(
-                        f"traffic-class {tc} congestion-control ecn "
-                        f"minimum-absolute {val[0]} maximum-absolute {val[1]}"
-                    )
+            for tc, (mode, mn, mx) in sorted(pc["ecn"].items()):
+                eth.setdefault(p, []).append(
+                    f"traffic-class {tc} congestion-control {mode} "
+                    f"minimum-absolute {mn} maximum-absolute {mx}"
+                )
             for tc, ets in sorted(pc["ets"].items()):
                 eth.setdefault(p, []).append(f"traffic-class {tc} dcb ets {ets}")
             if pc["pfc_on"] is True:
@@ -184,6 +199,14 @@ class OnyxSwitch:
         eth_lines = self._grouped(eth)
         if eth_lines:
             out += ["##", "## Interface Ethernet configuration", "##", *eth_lines, "   "]
+        pool_lines = []
+        for name, pl in cfg["pools"].items():
+            pool_lines.append(f"   traffic pool {name} type {pl['type']}")
+            if pl["memory"] is not None:
+                pool_lines.append(f"   traffic pool {name} memory percent {pl['memory']:.2f}")
+            pool_lines += [f"   traffic pool {name} map switch-priority {pr}" for pr in pl["prios"]]
+        if pool_lines:
+            out += ["##", "## Interface Ethernet buffer configuration", "##", *pool_lines, ""]
         out += ["##", "## Other IP configuration", "##", f"hostname {cfg['hostname']}", ""]
         dcb_lines = []
         if cfg["pfc_enabled"]:
@@ -259,14 +282,14 @@ class OnyxSwitch:
         st = self.port_state(port)
         blocks: list[dict[str, str]] = [{"Interface ethernet": port[3:], "ECN marked packets": "0"}]
         for tc in range(8):
-            if tc in st["ecn"]:
-                mn, mx = st["ecn"][tc]
+            if tc in st["cc"]:
+                mode, mn, mx = st["cc"][tc]
                 blocks.append(
                     {
                         "Threshold mode": "absolute",
                         "RED dropped packets": "0",
                         "header": f"TC-{tc}",
-                        "Mode": "ECN",
+                        "Mode": _CC_MODE[mode],
                         "Maximum threshold": f"{mx} KB",
                         "Minimum threshold": f"{mn} KB",
                     }
@@ -369,6 +392,7 @@ class OnyxSession:
         self.mode = "config" if replay else "user"
         self.iface: list[str] = []  # ports of the interface context
         self.replay = replay
+        self.closed = False  # set when a fault dropped the session (the server then ends the connection)
 
     def prompt(self) -> str:
         base = f"{self.sw.cfg['hostname']} [standalone: master]"
@@ -387,6 +411,8 @@ class OnyxSession:
     # ------------------------------------------------------------------ dispatch
     def handle(self, line: str) -> tuple[str, bool]:
         """Run one line; returns (output, drop_session)."""
+        if self.closed:
+            return "", True
         if self.sw.faults.refresh_changed_ports():
             self.sw.write_fabric()
         s = " ".join(line.strip().split())
@@ -423,6 +449,8 @@ class OnyxSession:
         if s in {"configuration write", "write memory"}:
             return out, False
         drop = self.sw.faults.count_config_command()
+        if drop:
+            self.closed = True
         return out, drop
 
     def _exit(self) -> str:
@@ -495,10 +523,77 @@ class OnyxSession:
         if m:
             cfg["hostname"] = m.group(1)
             return ""
+        if re.match(r"(?:no )?traffic pool\b", s):
+            return self._pool_command(s)
         first = s.split()[0]
-        if first in {"dcb", "roce", "hostname", "interface"}:
+        if first in {"dcb", "roce", "hostname", "interface", "traffic"}:
             return _INCOMPLETE if len(s.split()) <= 2 else _unrecognized(s.split()[-1])
         return _unrecognized(first)
+
+    def _pool_command(self, s: str) -> str:
+        """`[no] traffic pool NAME [force] | type T | map switch-priority P... | memory percent X`."""
+        pools = self.sw.cfg["pools"]
+        words = s.split()
+        neg = words[0] == "no"
+        words = words[1:] if neg else words
+        if len(words) < 3:
+            return _INCOMPLETE
+        name, rest = words[2], words[3:]
+        if len(name) > 20:
+            return _unrecognized(name)
+        if rest in ([], ["force"]):
+            if neg:
+                if name not in pools:
+                    return f"% Traffic pool {name} does not exist\n"
+                del pools[name]
+            else:
+                pools.setdefault(name, {"type": "lossy", "prios": [], "memory": None})
+            return self._changed()
+        pool = pools.get(name)
+        if rest[0] == "type":
+            if not neg and len(rest) != 2:
+                return _INCOMPLETE if len(rest) < 2 else _unrecognized(rest[2])
+            if len(rest) == 2 and rest[1] not in POOL_TYPES:
+                return _unrecognized(rest[1])
+            if neg:  # resets the pool type to the default
+                if pool is None:
+                    return f"% Traffic pool {name} does not exist\n"
+                pool["type"] = "lossy"
+            else:
+                pools.setdefault(name, {"type": "lossy", "prios": [], "memory": None})["type"] = rest[1]
+            return self._changed()
+        if rest[:2] == ["map", "switch-priority"]:
+            prios = rest[2:]
+            if not prios:
+                return _INCOMPLETE
+            for pr in prios:
+                if not pr.isdigit() or int(pr) > 7:
+                    return _unrecognized(pr)
+            wanted = {int(pr) for pr in prios}
+            if neg:
+                if pool is None:
+                    return f"% Traffic pool {name} does not exist\n"
+                pool["prios"] = [pr for pr in pool["prios"] if pr not in wanted]
+                return self._changed()
+            pool = pools.setdefault(name, {"type": "lossy", "prios": [], "memory": None})
+            for other in pools.values():  # a switch priority maps to one pool
+                if other is not pool:
+                    other["prios"] = [pr for pr in other["prios"] if pr not in wanted]
+            pool["prios"] = sorted(set(pool["prios"]) | wanted)
+            return self._changed()
+        if rest[:2] == ["memory", "percent"]:
+            if neg:
+                if pool is None:
+                    return f"% Traffic pool {name} does not exist\n"
+                pool["memory"] = None
+                return self._changed()
+            if len(rest) != 3:
+                return _INCOMPLETE if len(rest) < 3 else _unrecognized(rest[3])
+            if not re.fullmatch(r"\d+(?:\.\d{1,2})?", rest[2]) or float(rest[2]) > 100:
+                return _unrecognized(rest[2])
+            pools.setdefault(name, {"type": "lossy", "prios": [], "memory": None})["memory"] = float(rest[2])
+            return self._changed()
+        return _INCOMPLETE if len(rest) == 1 and rest[0] in {"map", "memory"} else _unrecognized(rest[0])
 
     def _iface_command(self, ports: list[str], s: str) -> str:
         pcs = [self.sw.cfg["ports"][p] for p in ports]
@@ -532,22 +627,35 @@ class OnyxSession:
                 return _unrecognized(tc)
             if int(mn) > int(mx):
                 return "% Minimum threshold must be lower or equal to maximum threshold\n"
-            if m.group(2) == "red":  # RED only drops; not modelled as ECN marking
+            for pc in pcs:  # red: drops only, does not mark (the fabric file shows no ECN)
+                pc["ecn"][int(tc)] = [m.group(2), int(mn), int(mx)]
+            return self._changed()
+        m = re.fullmatch(r"no traffic-class (\S+) congestion-control", s)
+        if m:  # removes the line (back to the default: none, or the `roce` one-shot's ECN)
+            if not m.group(1).isdigit() or int(m.group(1)) > 7:
+                return _unrecognized(m.group(1))
+            for pc in pcs:
+                pc["ecn"].pop(int(m.group(1)), None)
+            return self._changed()
+        m = re.fullmatch(r"(no )?traffic-class (\S+) dcb ets(?: (strict|wrr)(?: (\S+))?)?", s)
+        if m:
+            neg, tc, mode, weight = m.groups()
+            if not tc.isdigit() or int(tc) > 7:
+                return _unrecognized(tc)
+            if neg:  # `no traffic-class N dcb ets`: back to the default scheduling
+                if mode:
+                    return _unrecognized(mode)
                 for pc in pcs:
-                    pc["ecn"][int(tc)] = None
-                return self._changed()
+                    pc["ets"].pop(int(tc), None)
+                return ""
+            if mode is None or (mode == "wrr" and weight is None):
+                return _INCOMPLETE
+            if mode == "strict" and weight is not None:
+                return _unrecognized(weight)
+            if mode == "wrr" and (not weight.isdigit() or not 0 <= int(weight) <= 100):
+                return _unrecognized(weight)
             for pc in pcs:
-                pc["ecn"][int(tc)] = [int(mn), int(mx)]
-            return self._changed()
-        m = re.fullmatch(r"no traffic-class (\d) congestion-control", s)
-        if m:
-            for pc in pcs:
-                pc["ecn"][int(m.group(1))] = None
-            return self._changed()
-        m = re.fullmatch(r"traffic-class (\d) dcb ets (strict|wrr \d+)", s)
-        if m:
-            for pc in pcs:
-                pc["ets"][int(m.group(1))] = m.group(2)
+                pc["ets"][int(tc)] = "strict" if mode == "strict" else f"wrr {int(weight)}"
             return ""
         if s in {"pfc-wd", "no pfc-wd"}:
             return setall("pfc_wd", s == "pfc-wd")
