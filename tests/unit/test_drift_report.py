@@ -1,0 +1,218 @@
+"""Event stream -> drift report, on ansible-runner events recorded from lab runs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from xml.etree import ElementTree as ET
+
+import pytest
+from captures import read_fixture
+
+from fabricops.drift import report as dr
+
+
+def events(name: str) -> list[dict]:
+    return [json.loads(line) for line in read_fixture("ansible-runner", name).splitlines() if line.strip()]
+
+
+def test_pfc_drift_is_exactly_one_item():
+    rep = dr.from_events(events("check-pfc-drift.jsonl"))
+    assert rep.hosts == ["gpu04"]
+    assert rep.exit_status() == 2
+    assert len(rep.items) == 1
+    item = rep.items[0]
+    assert (item.host, item.role, item.item) == ("gpu04", "roce_host", "enp170s0f0np0")
+    assert item.action == "fabricops.fabric.mlnx_qos"
+    assert item.changes == [dr.Change("pfc", "0,0,0,0,0,0,0,0", "0,0,0,1,0,0,0,0")]
+
+
+def test_clean_run_is_exit_0():
+    rep = dr.from_events(events("check-clean.jsonl"))
+    assert rep.items == [] and rep.run_ok and rep.hosts == ["gpu04"]
+    assert rep.exit_status() == 0
+    assert "NO DRIFT (exit 0)" in dr.terminal(rep)
+
+
+def test_trust_and_nccl_conf_drift():
+    rep = dr.from_events(events("check-trust-nccl-drift.jsonl"))
+    assert rep.exit_status() == 2
+    by_role = {i.role: i for i in rep.items}
+    assert set(by_role) == {"roce_host", "nccl_profile"}
+    qos = by_role["roce_host"]
+    assert qos.item == "enp170s0f1np1"
+    assert dr.Change("trust", "pcp", "dscp") in qos.changes
+    nccl = by_role["nccl_profile"]
+    assert dr.Change("NCCL_IB_HCA", "mlx5_0", "=mlx5_0:1,mlx5_1:1") in nccl.changes
+    assert dr.Change("/etc/nccl.conf", "NCCL_DEBUG=INFO", None) in nccl.changes
+
+
+def test_apply_run_reports_what_was_fixed():
+    rep = dr.from_events(events("fix-pfc-apply.jsonl"), check_mode=False)
+    assert [c for i in rep.items for c in i.changes] == [
+        dr.Change("pfc", "0,0,0,0,0,0,0,0", "0,0,0,1,0,0,0,0")
+    ]
+    text = dr.terminal(rep)
+    assert "FIXED" in text and "APPLIED 1 changes" in text
+
+
+def test_handlers_are_not_drift():
+    handler_uuid = "h-1"
+    extra = [
+        {"event": "playbook_on_handler_task_start", "event_data": {"task_uuid": handler_uuid}},
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "gpu04",
+                "task": "Restart unit",
+                "task_uuid": handler_uuid,
+                "res": {"changed": True},
+            },
+        },
+    ]
+    rep = dr.from_events(events("check-clean.jsonl") + extra)
+    assert rep.items == [] and rep.exit_status() == 0
+
+
+def test_unreachable_is_a_failed_run_never_no_drift():
+    rep = dr.from_events(events("check-unreachable.jsonl"), status="failed", rc=4)
+    assert rep.items == []
+    assert list(rep.unreachable) == ["gpu04"]
+    assert "Connection refused" in rep.unreachable["gpu04"]
+    assert rep.exit_status() == 1
+    text = dr.terminal(rep)
+    assert "UNREACHABLE" in text and "NO DRIFT" not in text
+    suite = ET.fromstring(dr.to_junit(rep))
+    assert suite.get("errors") == "1" and suite.find("testcase/error").get("message") == "unreachable"
+
+
+def test_unreachable_host_with_a_successful_status_still_fails():
+    # even if the runner said "successful", an unreachable host is never counted as clean
+    rep = dr.from_events(events("check-unreachable.jsonl"))
+    assert rep.exit_status() == 1
+
+
+def test_failed_task_and_runner_status():
+    ev = {
+        "event": "runner_on_failed",
+        "event_data": {
+            "host": "gpu03",
+            "task": "Check the input",
+            "res": {"msg": "mlnx_ofed_version is not set"},
+        },
+    }
+    rep = dr.from_events([ev], status="failed", rc=2)
+    assert rep.failed == {"gpu03": "Check the input: mlnx_ofed_version is not set"}
+    assert rep.exit_status() == 1
+    ignored = dict(ev, event_data=dict(ev["event_data"], ignore_errors=True))
+    assert dr.from_events([ignored]).exit_status() == 0
+    assert dr.from_events([], status="failed", rc=1).exit_status() == 1
+
+
+def test_json_and_junit():
+    rep = dr.from_events(events("check-pfc-drift.jsonl"))
+    data = json.loads(dr.to_json(rep))
+    assert data["exit_status"] == 2 and data["drifted_hosts"] == ["gpu04"]
+    assert data["items"][0]["changes"] == [
+        {"key": "pfc", "before": "0,0,0,0,0,0,0,0", "after": "0,0,0,1,0,0,0,0"}
+    ]
+    suite = ET.fromstring(dr.to_junit(rep))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "1", "0")
+    assert "pfc: 0,0,0,0,0,0,0,0 -> 0,0,0,1,0,0,0,0" in suite.find("testcase/failure").text
+
+
+SECRET = "s3cr3t-Pa55"
+
+
+def _secret_events() -> list[dict]:
+    evs = copy.deepcopy(events("check-pfc-drift.jsonl"))
+    extra = [
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "leaf-onyx",
+                "task": "Converge the switch",
+                "role": "roce_switch",
+                "res": {
+                    "changed": True,
+                    "invocation": {"module_args": {"password": SECRET}},
+                    "diff": {
+                        "before": f"snmp community {SECRET}\nqos trust L2\n"
+                        f"username admin password {SECRET}\n",
+                        "after": "snmp community public-other\nqos trust L3\nusername admin password 0 x\n",
+                    },
+                },
+            },
+        },
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "leaf-cumulus",
+                "task": "Write credentials",
+                "res": {
+                    "changed": True,
+                    "censored": "the output has been hidden due to the fact that 'no_log: true'",
+                },
+            },
+        },
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "leaf-cumulus",
+                "task": "Set the API token",
+                "res": {
+                    "changed": True,
+                    "diff": {"before": {"api_token": SECRET}, "after": {"api_token": "new-" + SECRET}},
+                },
+            },
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "host": "leaf-onyx",
+                "task": "Login",
+                "res": {"msg": f"auth failed with password={SECRET}"},
+            },
+        },
+    ]
+    return evs + extra
+
+
+@pytest.mark.parametrize("render", [dr.terminal, dr.to_json, dr.to_junit])
+def test_secrets_never_appear(render):
+    rep = dr.from_events(_secret_events(), secrets=[])
+    out = render(rep)
+    assert SECRET not in out
+    assert dr.REDACTED in out or dr.HIDDEN in out
+
+
+def test_secret_redaction_keeps_the_drift_visible():
+    rep = dr.from_events(_secret_events())
+    onyx = next(i for i in rep.items if i.host == "leaf-onyx")
+    assert dr.Change("qos trust", "L2", "L3") in onyx.changes
+    assert dr.Change("snmp community", dr.REDACTED, dr.REDACTED) in onyx.changes
+    hidden = next(i for i in rep.items if i.task == "Write credentials")
+    assert hidden.note == dr.HIDDEN and hidden.changes == []
+    token = next(i for i in rep.items if i.task == "Set the API token")
+    assert token.changes == [dr.Change("api_token", dr.REDACTED, dr.REDACTED)]
+
+
+def test_known_secret_values_are_masked_anywhere():
+    assert dr.redact(f"x {SECRET} y", [SECRET]) == f"x {dr.REDACTED} y"
+    assert dr.redact("username admin password 7 abcd") == f"username admin password {dr.REDACTED}"
+    assert dr.redact("NCCL_IB_HCA=mlx5_0") == "NCCL_IB_HCA=mlx5_0"
+
+
+def test_module_without_diff_gets_a_note():
+    ev = {
+        "event": "runner_on_ok",
+        "event_data": {
+            "host": "gpu01",
+            "task": "Install MLNX_OFED",
+            "role": "mlnx_ofed",
+            "res": {"changed": True, "msg": "would install MLNX_OFED 24.10-1.1.4.0"},
+        },
+    }
+    rep = dr.from_events([ev])
+    assert rep.items[0].note == "would install MLNX_OFED 24.10-1.1.4.0"
+    assert rep.exit_status() == 2
