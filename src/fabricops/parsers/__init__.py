@@ -32,6 +32,7 @@ PARSERS: dict[str, str] = {
     "mlnx_qos": "fabricops.parsers.mlnx_qos:parse",
     "ibqueryerrors": "fabricops.parsers.ibqueryerrors:parse",
     "perfquery": "fabricops.parsers.perfquery:parse",
+    "sminfo": "fabricops.parsers.sminfo:parse",
     # NVIDIA driver
     "nvidia-smi-topo": "fabricops.parsers.nvidia_smi:parse_topo",
     "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",

@@ -1,0 +1,158 @@
+# Copyright: fabricops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters of the subnet_manager, nvidia_fabric_manager and gpudirect roles: thin shims over
+fabricops.services (unit-tested without Ansible). Collection roles do not load role-embedded
+plugins, so they live here.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from fabricops import services as _svc
+    from fabricops.errors import ParseError
+    from fabricops.parsers import nvidia_smi as _nvsmi
+    from fabricops.parsers import sminfo as _sminfo
+except ImportError as exc:  # pragma: no cover - only without the Python package
+    _svc = None
+    ParseError = Exception
+    IMPORT_ERROR = exc
+else:
+    IMPORT_ERROR = None
+
+
+def _need():
+    if IMPORT_ERROR is not None:
+        raise AnsibleFilterError(f"the fabric services filters need the fabricops package: {IMPORT_ERROR}")
+
+
+def _sminfo_record(text):
+    try:
+        return _sminfo.parse(text or "")
+    except ParseError:
+        return None
+
+
+def sminfo_parse(text):
+    """sminfo output -> {lid, guid, activity_count, priority, state, state_name} or None."""
+    _need()
+    rec = _sminfo_record(text)
+    if rec is None:
+        return None
+    return {"lid": rec.lid, "guid": rec.guid, "activity_count": rec.activity_count,
+            "priority": rec.priority, "state": rec.state, "state_name": rec.state_name}
+
+
+def subnet_manager_plan_errors(sm_hosts, guids=None):
+    """sm_hosts: {host: priority}; guids: {host: port guid} (optional)."""
+    _need()
+    guids = guids or {}
+    plan = [{"host": h, "priority": p, "guid": guids.get(h)} for h, p in (sm_hosts or {}).items()]
+    return _svc.plan_errors(plan)
+
+
+def subnet_manager_routing_engine(topology, override=None):
+    _need()
+    try:
+        return _svc.routing_engine(str(topology or ""), override or None)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def subnet_manager_bind_port(fabric, port_guid=None, hca=None):
+    """{hca, port, netdev, state, phys_state, guid} or {"error": reason}."""
+    _need()
+    try:
+        return _svc.bind_port(fabric or {}, port_guid or None, hca or None)
+    except ValueError as exc:
+        return {"error": str(exc)}
+
+
+def subnet_manager_conf(guid, priority, engine, sweep_interval=10, log_file="/var/log/opensm.log",
+                        partition_config_file="/etc/opensm/partitions.conf", header=""):
+    _need()
+    return _svc.render_conf(guid, int(priority), engine, sweep_interval=int(sweep_interval),
+                            log_file=log_file, partition_config_file=partition_config_file,
+                            header=header or "")
+
+
+def subnet_manager_conflict(sminfo_text, priority, guid):
+    """'' or why this SM must not start."""
+    _need()
+    return _svc.conflict(_sminfo_record(sminfo_text), int(priority), guid) or ""
+
+
+def subnet_manager_verify(sminfo_text, fabric, expected_guid=None, expected_priority=None):
+    _need()
+    prio = None if expected_priority in (None, "") else int(expected_priority)
+    return _svc.verify(_sminfo_record(sminfo_text), _svc.ib_ports(fabric or {}), expected_guid or None, prio)
+
+
+def nvidia_smi_q_summary(text):
+    """nvidia-smi -q -> {driver_version, nvswitch, gpus: [{pci_bus_id, fabric_state, fabric_status}]}."""
+    _need()
+    try:
+        rep = _nvsmi.parse_q(text or "")
+    except ParseError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    gpus = [{"pci_bus_id": g.pci_bus_id, "fabric_state": g.fabric_state, "fabric_status": g.fabric_status}
+            for g in rep.gpus]
+    return {"driver_version": rep.driver_version, "nvswitch": _svc.is_nvswitch_system(gpus), "gpus": gpus,
+            "fabric_errors": _svc.fabric_errors(gpus)}
+
+
+def fabric_manager_package(driver_version, pattern="nvidia-fabricmanager-{branch}"):
+    _need()
+    try:
+        return _svc.fm_package(str(driver_version), pattern)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def apt_packages_versions(text, package):
+    """Versions of a package in an apt ``Packages`` index or ``apt-cache madison`` output."""
+    versions = []
+    current = None
+    for line in (text or "").replace("\r", "").splitlines():
+        if "|" in line:  # madison: "pkg | version | source"
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) >= 2 and parts[0] == package:
+                versions.append(parts[1])
+            continue
+        if line.startswith("Package:"):
+            current = line.split(":", 1)[1].strip()
+        elif line.startswith("Version:") and current == package:
+            versions.append(line.split(":", 1)[1].strip())
+    return sorted(set(versions))
+
+
+def fabric_manager_choice(driver_version, available, installed=None):
+    _need()
+    try:
+        return _svc.fm_choice(str(driver_version), list(available or []), installed or None)
+    except ValueError as exc:
+        return {"ok": False, "version": None, "change": False, "msg": str(exc)}
+
+
+def lsmod_modules(text):
+    _need()
+    return _svc.lsmod_modules(text or "")
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "sminfo_parse": sminfo_parse,
+            "subnet_manager_plan_errors": subnet_manager_plan_errors,
+            "subnet_manager_routing_engine": subnet_manager_routing_engine,
+            "subnet_manager_bind_port": subnet_manager_bind_port,
+            "subnet_manager_conf": subnet_manager_conf,
+            "subnet_manager_conflict": subnet_manager_conflict,
+            "subnet_manager_verify": subnet_manager_verify,
+            "nvidia_smi_q_summary": nvidia_smi_q_summary,
+            "fabric_manager_package": fabric_manager_package,
+            "apt_packages_versions": apt_packages_versions,
+            "fabric_manager_choice": fabric_manager_choice,
+            "lsmod_modules": lsmod_modules,
+        }

@@ -1,0 +1,210 @@
+"""Lab side of the fabric services (docs/fabric-services.md, "The lab").
+
+- :func:`opensm_deb`: the ``opensm`` package of the emulated MLNX_OFED (``/usr/sbin/opensm``,
+  ``opensmd.service``, ``/etc/opensm/``); ``ofed_repo.packages()`` appends it (hook).
+- :func:`fm_debs` / :func:`prepare`: a flat apt repository of ``nvidia-fabricmanager-<branch>``
+  packages served with the MLNX_OFED repository at ``http://198.51.100.1:8080/nvidia-fabricmanager/``;
+  it holds :data:`FM_VERSIONS`, i.e. the lab driver's version and an older one.
+- :func:`install_into_root`: what every host gets at boot (hook in ``hosts.install_emulated_software``):
+  the emulated ``modprobe``/``lsmod``/``rmmod`` front-ends and the ``emulated-hw-sm`` path unit.
+- :func:`attach_host` / :func:`detach_host`: for a *running* lab: refresh a host's emulated
+  software, bind the SM wire writable and set ``subnet_manager`` / ``fabric_manager`` in its
+  ``hardware.json`` (the integration test uses this before the default topology flips).
+- :func:`set_driver_version`: the ``driver-version`` fault (driver updated, fabric manager not).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fabricops.errors import FabricopsError
+from fabricops.lab import ofed_repo, paths
+
+DATA = Path(__file__).resolve().parent / "data" / "fabric_services"
+#: Fabric manager versions the lab repository offers (the driver the lab installs is 550.54.15).
+FM_VERSIONS: tuple[str, ...] = ("550.54.14", "550.54.15")
+FM_REPO = "nvidia-fabricmanager"
+OPENSM_VERSION = "5.18.0.MLNX20240128.3f266a48-0.1.2410114"
+MODULE_TOOLS = ("modprobe", "lsmod", "rmmod")
+SM_UNITS = ("emulated-hw-sm.path", "emulated-hw-sm.service")
+
+
+def wrapper(tool: str, vendor: str) -> bytes:
+    text = (DATA / "wrapper.py.in").read_text().replace("@TOOL@", tool).replace("@VENDOR@", vendor)
+    return text.encode()
+
+
+def opensm_deb(version: str) -> ofed_repo.Deb:
+    """The emulated MLNX_OFED ``opensm`` package for an MLNX_OFED version."""
+    major, _ = ofed_repo._split(version)
+    files = {
+        "usr/sbin/opensm": (wrapper("opensm", "MLNX_OFED opensm"), 0o755),
+        "lib/systemd/system/opensmd.service": ((DATA / "opensmd.service").read_bytes(), 0o644),
+        "etc/opensm/.keep": (b"", 0o644),
+        "var/cache/opensm/.keep": (b"", 0o644),
+    }
+    return ofed_repo.Deb("opensm", f"{OPENSM_VERSION.rsplit('-', 1)[0]}-0.1.{major.replace('.', '')}",
+                         "", "An InfiniBand subnet manager (opensm, opensmd.service)", files, {})
+
+
+def fm_debs(versions: tuple[str, ...] = FM_VERSIONS) -> list[ofed_repo.Deb]:
+    debs = []
+    for v in versions:
+        branch = v.split(".")[0]
+        files = {
+            "usr/bin/nv-fabricmanager":
+                (wrapper("nv-fabricmanager", f"nvidia-fabricmanager-{branch}"), 0o755),
+            "lib/systemd/system/nvidia-fabricmanager.service":
+                ((DATA / "nvidia-fabricmanager.service").read_bytes(), 0o644),
+            "usr/share/nvidia/nvswitch/fabricmanager.cfg": ((DATA / "fabricmanager.cfg").read_bytes(), 0o644),
+            "usr/share/nvidia/nvswitch/emulated-version": (f"{v}\n".encode(), 0o644),
+        }
+        debs.append(ofed_repo.Deb(f"nvidia-fabricmanager-{branch}", f"{v}-1", "",
+                                  "Fabric Manager for NVSwitch based systems", files, {},
+                                  conffiles=("/usr/share/nvidia/nvswitch/fabricmanager.cfg",),
+                                  section="multiverse/devel"))
+    return debs
+
+
+def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS) -> dict[str, Any]:
+    """Build the flat apt repository into ``out`` (replacing it); return its manifest."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    arch = ofed_repo.deb_arch()
+    for deb in fm_debs(versions):
+        ofed_repo.build_deb(deb, out, arch)
+    ofed_repo.write_index(out, label="nvidia-fabricmanager (fabricops lab)")
+    manifest = {"versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)})}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def prepare(lab: dict[str, Any]) -> dict[str, Any]:
+    """Build the fabric manager repository next to the MLNX_OFED one (call after
+    ``ofed_repo.prepare``, whose rebuild clears ``repo_dir()``); return the group_vars facts
+    (``fabricops_fabric_manager``): ``{"repo_url", "versions", "packages"}``."""
+    out = paths.repo_dir() / FM_REPO
+    cfg = lab.get("fabric_manager_build") or {}
+    versions = tuple(cfg.get("versions") or FM_VERSIONS)
+    manifest_path = out / "manifest.json"
+    manifest = None
+    if manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except ValueError:
+            manifest = None
+    if not manifest or manifest.get("versions") != list(versions):
+        manifest = build_fm_repo(out, versions)
+    base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
+    return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"]}
+
+
+# --- hosts ------------------------------------------------------------------------------------
+
+def install_into_root(root: Path) -> None:
+    """Module front-ends in /usr/local/sbin and the SM path unit (enabled), into a host root."""
+    sbin = root / "usr/local/sbin"
+    sbin.mkdir(parents=True, exist_ok=True)
+    for tool in (*MODULE_TOOLS, "emulated-hw-sm-sync"):
+        target = sbin / tool
+        target.write_bytes(wrapper(tool, "the fabricops lab (emulated kernel modules)"))
+        target.chmod(0o755)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    for unit in SM_UNITS:
+        (units / unit).write_bytes((DATA / unit).read_bytes())
+    wants = units / "paths.target.wants"
+    wants.mkdir(exist_ok=True)
+    link = wants / "emulated-hw-sm.path"
+    if not link.is_symlink():
+        link.symlink_to("/etc/systemd/system/emulated-hw-sm.path")
+
+
+def _hw_file(name: str) -> Path:
+    return paths.host_dir(name) / "hw" / "hardware.json"
+
+
+def _update_hw(name: str, changes: dict[str, Any]) -> None:
+    path = _hw_file(name)
+    hw = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            hw.pop(key, None)
+        else:
+            hw[key] = value
+    path.write_text(json.dumps(hw, indent=2, sort_keys=True) + "\n")
+
+
+def sm_wire_dir() -> Path:
+    return paths.fabric_dir() / "sm"
+
+
+def attach_host(name: str, *, subnet_manager: str | None = "hosts",
+                fabric_manager_required: bool = False) -> None:
+    """Give a running host the current emulated software and the fabric-services flags."""
+    from fabricops.lab import hosts
+
+    root = paths.host_dir(name) / "root"
+    if not root.is_dir():
+        raise FabricopsError(f"{name}: no such lab host (is the lab up?)")
+    target = root / hosts.EMUL_TARGET
+    if (target / "emul").exists():
+        shutil.rmtree(target / "emul")
+    shutil.copytree(paths.EMUL_DIR, target / "emul", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(paths.EMUL_DIR / "hwctl.py", target / "hwctl.py")
+    install_into_root(root)
+    sminfo = root / "usr/sbin/sminfo"  # infiniband-diags' sminfo, until emul/tools.py lists it (hook)
+    if (root / "usr/bin/ibstat").exists() and not sminfo.exists():
+        sminfo.write_bytes(wrapper("sminfo", "MLNX_OFED infiniband-diags"))
+        sminfo.chmod(0o755)
+    wire = sm_wire_dir()
+    (wire / "heartbeat").mkdir(parents=True, exist_ok=True)
+    mount = ("mountpoint -q /var/lib/emulated-fabric/sm || { mount --bind /var/lib/emulated-fabric/sm "
+             "/var/lib/emulated-fabric/sm && mount -o remount,bind,rw /var/lib/emulated-fabric/sm; }")
+    hosts.host_exec(name, ["sh", "-c", mount])
+    _update_hw(name, {"subnet_manager": subnet_manager,
+                      "fabric_manager": {"required": True} if fabric_manager_required else None})
+    hosts.host_exec(name, ["systemctl", "daemon-reload"])
+    hosts.host_exec(name, ["systemctl", "enable", "--now", "emulated-hw-sm.path"])
+    hosts.host_exec(name, ["/usr/local/sbin/emulated-hw-sm-sync"])
+
+
+def detach_host(name: str) -> None:
+    """Back to the default: the switch runs the SM, the fabric manager is not modelled."""
+    from fabricops.lab import hosts
+
+    _update_hw(name, {"subnet_manager": None, "fabric_manager": None})
+    hosts.host_exec(name, ["/usr/local/sbin/emulated-hw-sm-sync"], check=False)
+
+
+def reset_subnet(subnet: str) -> None:
+    """Forget that a subnet was swept (as after a fabric power cycle); only with no SM running."""
+    path = sm_wire_dir() / f"{subnet}.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        if data.get("sms"):
+            raise FabricopsError(f"subnet {subnet} still has SMs registered: {', '.join(data['sms'])}")
+        path.unlink()
+
+
+def install_opensm(name: str, version: str | None = None) -> None:
+    """Install the opensm package into a running host with dpkg, as mlnxofedinstall does once
+    ``ofed_repo`` ships it (until then the lab's MLNX_OFED lacks it)."""
+    from fabricops.lab import hosts
+
+    version = version or ofed_repo.DEFAULT_VERSION
+    deb_dir = paths.host_dir(name) / "root" / "var" / "cache" / "fabricops-opensm"  # /tmp is a tmpfs
+    deb_dir.mkdir(parents=True, exist_ok=True)
+    deb = ofed_repo.build_deb(opensm_deb(version), deb_dir, ofed_repo.deb_arch())
+    hosts.host_exec(name, ["dpkg", "-i", f"/var/cache/fabricops-opensm/{deb.name}"])
+
+
+def set_driver_version(name: str, version: str | None) -> None:
+    """Fault ``driver-version VERSION``: the driver was updated and the fabric manager repository
+    lags (None: back to the lab's driver). Resync the host afterwards."""
+    _update_hw(name, {"driver_version": version or "550.54.15"})
+

@@ -1,0 +1,46 @@
+"""The lab's fabric-services packages (fabricops.lab.fabric_services): opensm deb, fabric manager repo."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from fabricops.lab import fabric_services as fs
+
+pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
+
+
+def test_fm_repo_offers_each_version(tmp_path):
+    manifest = fs.build_fm_repo(tmp_path / "repo")
+    assert manifest == {"versions": ["550.54.14", "550.54.15"], "packages": ["nvidia-fabricmanager-550"]}
+    index = (tmp_path / "repo" / "Packages").read_text()
+    versions = [ln.split(": ")[1] for ln in index.splitlines() if ln.startswith("Version: ")]
+    assert sorted(versions) == ["550.54.14-1", "550.54.15-1"]
+    deb = next((tmp_path / "repo").glob("nvidia-fabricmanager-550_550.54.15-1_*.deb"))
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert "./usr/bin/nv-fabricmanager" in listing
+    assert "./lib/systemd/system/nvidia-fabricmanager.service" in listing
+    ver = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True).stdout
+    assert b"550.54.15\n" in ver
+
+
+def test_opensm_deb(tmp_path):
+    deb = fs.ofed_repo.build_deb(fs.opensm_deb("24.10-1.1.4.0"), tmp_path, "amd64")
+    info = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Package", "Version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert info.splitlines() == ["Package: opensm", "Version: 5.18.0.MLNX20240128.3f266a48-0.1.2410"]
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert "./usr/sbin/opensm" in listing and "./lib/systemd/system/opensmd.service" in listing
+
+
+def test_install_into_root(tmp_path):
+    fs.install_into_root(tmp_path)
+    assert (tmp_path / "usr/local/sbin/modprobe").read_text().count('main("modprobe"') == 1
+    assert (tmp_path / "etc/systemd/system/paths.target.wants/emulated-hw-sm.path").is_symlink()
+    assert (
+        "PathChanged=/var/lib/emulated-fabric/sm"
+        in (tmp_path / "etc/systemd/system/emulated-hw-sm.path").read_text()
+    )
