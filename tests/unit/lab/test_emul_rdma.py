@@ -316,6 +316,19 @@ def test_perfquery_reads_sysfs_counters(root, run):
     assert rc == 255 and "failed" in err
 
 
+def test_perfquery_reset_after_read_and_reset_only(root, run):
+    devstate.add_counter("mlx5_0", 1, "symbol_error", 12)
+    devstate.add_counter("mlx5_0", 1, "link_downed", 3)
+    rec = parse("perfquery", run("perfquery", "-x", "-r")[1])
+    assert rec.counters["SymbolErrorCounter"] == 12 and rec.counters["LinkDownedCounter"] == 3
+    after = parse("perfquery", run("perfquery", "-x")[1])
+    assert after.counters["SymbolErrorCounter"] == 0 and after.counters["LinkDownedCounter"] == 0
+    devstate.add_counter("mlx5_0", 1, "link_downed", 5)
+    rc, out, _ = run("perfquery", "-R")
+    assert rc == 0 and out == ""
+    assert parse("perfquery", run("perfquery", "-x")[1]).counters["LinkDownedCounter"] == 0
+
+
 def test_ibqueryerrors_reports_fault_counters(root, run):
     rec = parse("ibqueryerrors", run("ibqueryerrors")[1])
     assert rec.nodes == []

@@ -717,7 +717,26 @@ def _ctr(dev: str, port: int, name: str) -> int:
     return devstate.read_counter(dev, port, name)
 
 
+def _reset_counters(dev: str, port: int) -> None:
+    """What `perfquery -R` / `-r` does to the port's PMA counters (hw_counters are not PMA's)."""
+    base = devstate.sysfs(f"{devstate.port_dir(dev, port)}/counters")
+    if base.is_dir():
+        for counter in base.iterdir():
+            counter.write_text("0\n")
+
+
 def perfquery(argv: list[str]) -> int:
+    """perfquery [-x] [-r|-R] [-C CA] [-P PORT] [LID [PORT]]; -r resets after reading, -R only resets."""
+    mode = "read"
+    if any(a in ("-R", "--Reset_only") for a in argv):
+        mode = "reset_only"
+    elif any(a in ("-r", "--reset_after_read") for a in argv):
+        mode = "reset_after"
+    argv = [a for a in argv if a not in ("-R", "--Reset_only", "-r", "--reset_after_read")]
+    return _perfquery(argv, mode)
+
+
+def _perfquery(argv: list[str], mode: str) -> int:
     extended = any(a in ("-x", "--extended") for a in argv)
     ca = None
     caport = None
@@ -757,6 +776,13 @@ def perfquery(argv: list[str]) -> int:
         lid = want_lid
         if len(rest) > 1:
             port = int(rest[1], 0)
+    if mode == "reset_only":
+        _reset_counters(dev, port)
+        return 0
+    if mode == "reset_after":
+        status = _perfquery(argv, "read")
+        _reset_counters(dev, port)
+        return status
     if extended:
         _out(f"# Port extended counters: Lid {lid} port {port} (CapMask: 0x5A00 CapMask2: 0x0000002)")
         _out(_pq("PortSelect", port))
