@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from labtools import ensure_ofed
 
 from fabricops.cli import main as fabricops
 from fabricops.parsers import parse, to_data
@@ -64,25 +65,6 @@ def switch_conn(lab: dict, name: str):
     if sw["os"] == "onyx":
         conn.enable()  # Onyx logs admin into standard mode (">"); configuration needs enable mode
     return conn
-
-
-def ensure_ofed(ssh, lab, host: str) -> str:
-    """Install the lab's default emulated MLNX_OFED on a host from its tarball (checksum checked)."""
-    version = lab["ofed"]["default_version"]
-    artifacts = lab["ofed"]["versions"][version]
-    before = ssh(host, "command -v ibstat ofed_info ibv_devinfo mlnx_qos || true").stdout
-    if not before.strip():
-        script = (
-            "set -e; cd /tmp; "
-            f"python3 -c 'import urllib.request,sys; urllib.request.urlretrieve(sys.argv[1], \"ofed.tgz\")' "
-            f"{artifacts['tgz_url']}; "
-            f"echo '{artifacts['tgz_sha256']}  ofed.tgz' | sha256sum -c - >/dev/null; "
-            "rm -rf ofed && mkdir ofed && tar -xzf ofed.tgz -C ofed --strip-components=1; "
-            "cd ofed && ./mlnxofedinstall --force --skip-distro-check"
-        )
-        out = ssh(host, script, timeout=300).stdout
-        assert "/etc/init.d/openibd restart" in out  # the installer asks; it never restarts itself
-    return version
 
 
 @pytest.fixture(scope="module")
