@@ -13,6 +13,7 @@ import os
 import tempfile
 
 import pytest
+from labtools import ensure_ofed
 
 from fabricops.lab import fabric_services as fs
 from fabricops.lab import hosts as lab_hosts
@@ -38,8 +39,7 @@ def _vars_file(data: dict) -> str:
 
 @pytest.fixture(scope="module")
 def gpu02(lab, ssh):
-    if ssh(HOST, "ofed_info -s", check=False).stdout.strip() == "":
-        pytest.skip("gpu02 has no MLNX_OFED (run the mlnx_ofed role first)")
+    ensure_ofed(ssh, lab, HOST)  # normally left installed by test_mlnx_ofed, which runs first
     lab_json = json.loads((paths.STATE_DIR / "lab.json").read_text())
     fm = fs.prepare(lab_json)
     if ssh(HOST, "command -v opensm", check=False).returncode != 0:
