@@ -44,32 +44,38 @@ def _plain(value):
     return value
 
 
-def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark):
+def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect=False):
     return {
         "roce": _plain(roce) or None,
         "socket_ifname": str(socket_ifname) if socket_ifname else None,
         "overrides": _plain(overrides) or {},
         # -e key=value gives strings: "false" must not switch the benchmark settings on.
         "allow_benchmark": boolean(allow_benchmark, strict=True) if allow_benchmark is not None else False,
+        # the gpudirect role's gpudirect_rdma_usable (a cached fact, or "false" from -e)
+        "gpudirect": boolean(gpudirect, strict=True) if gpudirect is not None else False,
     }
 
 
-def nccl_env(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False):
+def nccl_env(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False,
+             gpudirect=False):
     """``ansible_facts.fabric | fabricops.fabric.nccl_env('roce', fabricops_roce, ...)`` -> env dict."""
     _need_package()
     try:
         return _nccl.nccl_env(
-            str(profile), _plain(facts) or {}, **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark)
+            str(profile), _plain(facts) or {},
+            **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect),
         )
     except _nccl.NcclProfileError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
-def nccl_profile_errors(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False):
+def nccl_profile_errors(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False,
+                        gpudirect=False):
     """[] or [one-line reason]: the preflight's assert reads this."""
     _need_package()
     return _nccl.nccl_errors(
-        str(profile), _plain(facts) or {}, **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark)
+        str(profile), _plain(facts) or {},
+        **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect),
     )
 
 

@@ -12,6 +12,10 @@ Profiles:
 - ``roce``: the IB transport over the ACTIVE RoCE (Ethernet link layer) ports, with the IPv4 RoCE v2
   GID index read from the GID table and the traffic class of the fabric's lossless class.
 - ``socket``: TCP sockets only, ``NCCL_IB_DISABLE=1``.
+
+With ``gpudirect`` (the gpudirect role's fact ``gpudirect_rdma_usable``: ``nvidia_peermem`` is
+loaded), the ``ib`` and ``roce`` profiles also set ``NCCL_NET_GDR_LEVEL=PHB``: GPUDirect RDMA between
+a GPU and a NIC under the same PCIe host bridge (CPU socket), not across the inter-socket link.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 #: Settings that force an algorithm or protocol: right for a benchmark run, wrong as a
 #: fleet-wide default (REFERENCE.md "NCCL environment").
 BENCHMARK_ONLY = ("NCCL_ALGO", "NCCL_PROTO")
+
+#: NCCL_NET_GDR_LEVEL when GPUDirect RDMA is usable: GPU and NIC under one PCIe host bridge.
+GDR_LEVEL = "PHB"
 
 #: ECN field "ECN-capable transport (0)" in the low two bits of the ToS byte (RFC 3168).
 ECT0 = 0b10
@@ -145,11 +152,14 @@ def nccl_env(
     socket_ifname: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     allow_benchmark: bool = False,
+    gpudirect: bool = False,
 ) -> dict[str, str]:
     """The NCCL environment of ``profile`` on a host with ``facts``, sorted by name.
 
     ``socket_ifname`` is used as given (NCCL syntax: prefix list, ``=`` exact, ``^`` exclude);
-    ``overrides`` are merged last, a ``None`` value removes a derived setting.
+    ``overrides`` are merged last, a ``None`` value removes a derived setting. ``gpudirect``:
+    GPUDirect RDMA is usable (``nvidia_peermem`` loaded), so the IB transport profiles set
+    ``NCCL_NET_GDR_LEVEL`` to :data:`GDR_LEVEL`.
     """
     if profile not in PROFILES:
         raise NcclProfileError(
@@ -162,6 +172,8 @@ def nccl_env(
     if profile in ("ib", "roce"):
         ports = _active_ports(facts, profile)
         env["NCCL_IB_HCA"] = "=" + ",".join(ports)
+        if gpudirect:
+            env["NCCL_NET_GDR_LEVEL"] = GDR_LEVEL
     if profile == "roce":
         if overrides.get("NCCL_IB_GID_INDEX") is None:
             env["NCCL_IB_GID_INDEX"] = str(_gid_index(facts, ports))

@@ -225,3 +225,32 @@ def test_filter_reads_string_booleans_as_ansible_does(facts):
         module.nccl_env(facts, "ib", overrides={"NCCL_ALGO": "Ring"}, allow_benchmark="false")
     env = module.nccl_env(facts, "ib", overrides={"NCCL_ALGO": "Ring"}, allow_benchmark="true")
     assert env["NCCL_ALGO"] == "Ring"
+
+
+def test_gpudirect_sets_gdr_level_phb_in_ib_transport_profiles_only(facts):
+    assert "NCCL_NET_GDR_LEVEL" not in nccl_env("ib", facts)
+    assert nccl_env("ib", facts, gpudirect=True)["NCCL_NET_GDR_LEVEL"] == "PHB"
+    assert nccl_env("roce", facts, roce=ROCE, gpudirect=True)["NCCL_NET_GDR_LEVEL"] == "PHB"
+    # TCP only: no NIC to do GPUDirect RDMA through
+    assert "NCCL_NET_GDR_LEVEL" not in nccl_env("socket", facts, socket_ifname="=eno1", gpudirect=True)
+    # the site's own choice wins, and null removes it
+    env = nccl_env("ib", facts, gpudirect=True, overrides={"NCCL_NET_GDR_LEVEL": "SYS"})
+    assert env["NCCL_NET_GDR_LEVEL"] == "SYS"
+    assert "NCCL_NET_GDR_LEVEL" not in nccl_env("ib", facts, gpudirect=True,
+                                                 overrides={"NCCL_NET_GDR_LEVEL": None})
+    assert list(nccl_env("ib", facts, gpudirect=True)) == sorted(nccl_env("ib", facts, gpudirect=True))
+
+
+def test_filter_passes_the_gpudirect_fact(facts):
+    """gpudirect_rdma_usable is a cached fact (bool) or, from -e, a string."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "plugins" / "filter" / "fabricops.py"
+    spec = importlib.util.spec_from_file_location("fabricops_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.nccl_env(facts, "ib", None, "", {}, False, True)["NCCL_NET_GDR_LEVEL"] == "PHB"
+    assert "NCCL_NET_GDR_LEVEL" not in module.nccl_env(facts, "ib", None, "", {}, False, "false")
+    assert "NCCL_NET_GDR_LEVEL" not in module.nccl_env(facts, "ib")
+    assert module.nccl_profile_errors(facts, "ib", None, "", {}, False, "true") == []

@@ -316,6 +316,18 @@ def plan_wrong_firmware(host: str, args: list[str]) -> Plan:
     return _hw_plan(host, hw, f"{hca['name']} firmware {args[1]} (was {old})")
 
 
+def plan_driver_version(host: str, args: list[str]) -> Plan:
+    """The NVIDIA driver was updated and the fabric manager repository lags (docs/fabric-services.md):
+    hardware.json ``driver_version`` (what ``nvidia-smi`` reports and what ``nv-fabricmanager``
+    must match), as ``fabric_services.set_driver_version`` sets it; clear restores the bytes."""
+    _nargs("driver-version", args, 1, 1, "VERSION (e.g. 550.90.07)")
+    if not re.fullmatch(r"\d{3,4}\.\d+(\.\d+)?", args[0]):
+        raise FaultError(f"{args[0]!r} is not an NVIDIA driver version like 550.90.07")
+    hw = _load_hw(host)
+    old, hw["driver_version"] = hw.get("driver_version"), args[0]
+    return _hw_plan(host, hw, f"NVIDIA driver {args[0]} (was {old}); the fabric manager must match it")
+
+
 def _write_file_argv(path: str, content: str) -> list[str]:
     return ["sh", "-c", 'mkdir -p "$(dirname "$1")" && printf "%s\\n" "$2" > "$1"', "sh", path, content]
 
@@ -419,6 +431,7 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "gpu-missing": (plan_gpu_missing, "GPU"),
     "wrong-firmware": (plan_wrong_firmware, "DEV VERSION"),
     "wrong-ofed": (plan_wrong_ofed, "VERSION"),
+    "driver-version": (plan_driver_version, "VERSION"),
     "host-unreachable": (plan_host_unreachable, ""),
     "qos-reset": (plan_qos_reset, "NETDEV"),
 }

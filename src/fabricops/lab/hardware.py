@@ -221,6 +221,8 @@ def hardware_json(topo: dict[str, Any], host: dict[str, Any], kernel: str | None
         "driver_version": DRIVER_VERSION,
         "cuda_version": CUDA_VERSION,
         "nic_affinity": nic_affinity(hcas, gpus),
+        # who sweeps the InfiniBand subnet: the managed switch, or OpenSM on hosts (emul/services.py)
+        "subnet_manager": topo.get("subnet_manager", "switch"),
     }
 
 

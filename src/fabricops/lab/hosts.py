@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hardware, network, paths
+from fabricops.lab import fabric_services, hardware, network, paths
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,9 @@ def install_emulated_software(root: Path) -> bool:
     # the emulated NICs; /usr/local/sbin comes before /usr/sbin, and other netdevs get the real tool.
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "ethtool").replace("@VENDOR@", "mlx5 driver")
     _write(root / "usr/local/sbin/ethtool", wrapper, 0o755)
+    # Emulated kernel modules (modprobe/lsmod/rmmod) and the HCA's answer to the subnet manager
+    # (emulated-hw-sm.path): docs/fabric-services.md, "The lab".
+    fabric_services.install_into_root(root)
     return have_hwctl
 
 
@@ -214,6 +217,8 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
         "--capability=CAP_NET_ADMIN",
         f"--bind={hd / 'hw'}:/var/lib/emulated-hw",
         f"--bind-ro={paths.fabric_dir()}:/var/lib/emulated-fabric",
+        # the subnet managers' shared wire: the one writable part of the fabric directory
+        f"--bind={paths.fabric_dir() / 'sm'}:/var/lib/emulated-fabric/sm",
         "--register=no",
         "--keep-unit",
         "--console=read-only",

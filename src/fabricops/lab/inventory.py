@@ -120,10 +120,35 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
                         }
                     )
     data["fabricops_roce_addresses"] = roce_netdevs
+    data.update(subnet_manager_vars(topo))
+    if lab.get("fabric_manager"):
+        # the fabric manager repository (fabric_services.prepare): nvidia_fabric_manager's repo_url
+        data["fabricops_fabric_manager"] = json.loads(json.dumps(lab["fabric_manager"], sort_keys=True))
     if ofed_facts:
         # lab.json stores keys sorted: sort here too, so a rewrite from lab.json is byte-identical
         data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
     return data
+
+
+def subnet_manager_vars(topo: dict[str, Any]) -> dict[str, Any]:
+    """The subnet_manager role's plan for the rack's InfiniBand subnet (docs/fabric-services.md).
+
+    ``switch`` (the default rack): the managed switch runs the SM, the role verifies. ``hosts``:
+    OpenSM on the first two hosts with InfiniBand cables, priorities 15 (master) and 14 (standby);
+    the topology allows ``hosts`` only with one ib switch, hence ``single_switch``. Nothing when no
+    host port is cabled to an InfiniBand switch."""
+    ib_switches = {sw["name"] for sw in topo["switches"] if sw["os"] == "ib"}
+    ib_hosts = list(dict.fromkeys(c["host"] for c in topo["cabling"] if c["switch"] in ib_switches))
+    if not ib_hosts:
+        return {}
+    mode = topo.get("subnet_manager", "switch")
+    if mode != "hosts":
+        return {"subnet_manager_mode": "switch"}
+    return {
+        "subnet_manager_mode": "hosts",
+        "subnet_manager_topology": "single_switch",
+        "subnet_manager_hosts": {h: 15 - i for i, h in enumerate(ib_hosts[:2])},
+    }
 
 
 class _Dumper(yaml.SafeDumper):

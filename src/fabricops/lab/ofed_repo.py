@@ -43,6 +43,8 @@ from fabricops.lab import paths
 from fabricops.lab.emul import tools as emul_tools
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "ofed"
+#: The opensm package's files (fabric_services.opensm_deb); part of the cache key.
+FABRIC_SERVICES_DIR = Path(__file__).resolve().parent / "data" / "fabric_services"
 
 #: The versions the lab serves: an older one and a newer one, so upgrades can be tested.
 VERSIONS: tuple[str, ...] = ("23.10-1.1.9.0", "24.10-1.1.4.0")
@@ -70,6 +72,8 @@ TOOL_PACKAGE: dict[str, str] = {
     "ibstatus": "infiniband-diags",
     "ibqueryerrors": "infiniband-diags",
     "perfquery": "infiniband-diags",
+    "sminfo": "infiniband-diags",
+    "opensm": "opensm",
     "mlnx_qos": "mlnx-tools",
     "cma_roce_tos": "mlnx-tools",
     "cma_roce_mode": "mlnx-tools",
@@ -81,7 +85,7 @@ NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm)")
 PACKAGE_ORDER = (
     "ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils", "mlnx-ofed-kernel-dkms",
     "mlnx-ofed-kernel-modules", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
-    "mlnx-fw-updater", "mlnx-ofed-all",
+    "opensm", "mlnx-fw-updater", "mlnx-ofed-all",
 )
 
 
@@ -122,6 +126,8 @@ def package_versions(version: str, kernel: str) -> dict[str, str]:
     >>> package_versions("24.10-1.1.4.0", "6.1.0-18-amd64")["ofed-scripts"]
     '24.10.OFED.24.10.1.1.4'
     """
+    from fabricops.lab import fabric_services  # imports this module: not at the top
+
     major, rest = _split(version)
     kver = f"{major}.OFED.{major}.{rest}"
     rdma = _RDMA_CORE.get(major, f"{major.replace('.', '')}mlnx1")
@@ -136,6 +142,7 @@ def package_versions(version: str, kernel: str) -> dict[str, str]:
         "ibverbs-utils": rdma_deb,
         "infiniband-diags": rdma_deb,
         "perftest": f"{major}.0",
+        "opensm": fabric_services.opensm_deb(version).version,
         "mlnx-fw-updater": version,
         "mlnx-ofed-all": version,
     }
@@ -178,6 +185,8 @@ def ofed_tools() -> dict[str, list[str]]:
 
 
 def packages(version: str, kernel: str) -> list[Deb]:
+    from fabricops.lab import fabric_services  # imports this module: not at the top
+
     vers = package_versions(version, kernel)
     tools = ofed_tools()
     major, _ = _split(version)
@@ -227,12 +236,13 @@ def packages(version: str, kernel: str) -> list[Deb]:
             bins("infiniband-diags"), {}),
         Deb("perftest", vers["perftest"], "", "Infiniband verbs performance tests (ib_*_bw, ib_*_lat)",
             bins("perftest"), {}),
+        fabric_services.opensm_deb(version),
         Deb("mlnx-fw-updater", vers["mlnx-fw-updater"], "", "Mellanox firmware updater",
             {}, {"postinst": _template("fw-updater.postinst")}),
     ]
     meta_deps = [eq[p] for p in ("ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils")]
     meta_deps.append(f"{eq['mlnx-ofed-kernel-modules']} | {eq['mlnx-ofed-kernel-dkms']}")
-    meta_deps += [eq[p] for p in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")]
+    meta_deps += [eq[p] for p in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest", "opensm")]
     debs.append(Deb("mlnx-ofed-all", version, ", ".join(meta_deps), "MLNX_OFED all packages (meta package)",
                     {}, {}, section="metapackages"))
     return debs
@@ -418,10 +428,13 @@ def make_iso(tree: Path, target: Path, volume: str) -> None:
 
 def cache_key(versions: tuple[str, ...], kernel: str, distro: str) -> str:
     h = hashlib.sha256()
-    for p in sorted(TEMPLATE_DIR.rglob("*")):
-        if p.is_file():
-            h.update(p.relative_to(TEMPLATE_DIR).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for top in (TEMPLATE_DIR, FABRIC_SERVICES_DIR):
+        for p in sorted(top.rglob("*")):
+            if p.is_file():
+                rel = p.relative_to(TEMPLATE_DIR.parent).as_posix()
+                h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(Path(__file__).read_bytes())
+    h.update((Path(__file__).with_name("fabric_services.py")).read_bytes())
     h.update(json.dumps(emul_tools.TOOLS, sort_keys=True).encode())
     h.update(json.dumps([list(versions), kernel, distro, machine_arch()]).encode())
     return h.hexdigest()

@@ -136,6 +136,7 @@ def create(topo: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
 def _write_fabric(topo: dict[str, Any]) -> None:
     fab = paths.fabric_dir()
     (fab / "switches").mkdir(parents=True, exist_ok=True)
+    (fab / "sm" / "heartbeat").mkdir(parents=True, exist_ok=True)  # bound rw into hosts (SM wire)
     (fab / "cabling.json").write_text(json.dumps(hardware.cabling_json(topo), indent=2) + "\n")
     for h in topo["hosts"]:
         d = fab / "hosts" / h["name"]
@@ -245,6 +246,12 @@ def _start_services(lab: dict[str, Any]) -> None:
             "pid": facts.get("pid"),
         }
         paths.save_lab(lab)
+        # The fabric manager repository lives next to MLNX_OFED's (same HTTP server); after
+        # ofed_repo.prepare, whose rebuild clears repo_dir(). It starts no process of its own.
+        fabric_services = _service("fabric_services")
+        if fabric_services is not None:
+            lab["fabric_manager"] = fabric_services.prepare(lab)
+            paths.save_lab(lab)
 
 
 def write_inventory(lab: dict[str, Any], inv_dir: Path) -> bool:

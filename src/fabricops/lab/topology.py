@@ -55,7 +55,10 @@ GUID_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
-TOP_KEYS = {"name", "hardware_profile", "host_profiles", "hosts", "switches", "cabling"}
+TOP_KEYS = {"name", "hardware_profile", "subnet_manager", "host_profiles", "hosts", "switches", "cabling"}
+#: Who runs the InfiniBand subnet manager: the managed switch, or OpenSM on hosts
+#: (docs/fabric-services.md, "The lab"); absent = switch.
+SUBNET_MANAGERS = ("switch", "hosts")
 HOST_KEYS = {"name", "profile", "gpus", "hcas"}
 PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
@@ -193,6 +196,7 @@ class _Validator:
             switches.append(sw)
 
         cabling = self.cabling(top["cabling"], hosts, switches)
+        subnet_manager = self.subnet_manager(top.get("subnet_manager", "switch"), switches, cabling)
         rails = self.rails(hosts)
         for h in hosts:
             for hca in h["hcas"]:
@@ -205,10 +209,25 @@ class _Validator:
         return {
             "name": name,
             "hardware_profile": self.string(top.get("hardware_profile", name), "hardware_profile"),
+            "subnet_manager": subnet_manager,
             "hosts": hosts,
             "switches": switches,
             "cabling": cabling,
         }
+
+    def subnet_manager(self, value: Any, switches: list[dict], cabling: list[dict]) -> str:
+        mode = self.choice(value, "subnet_manager", SUBNET_MANAGERS, "a subnet manager placement")
+        if mode == "hosts":
+            ib_switches = {sw["name"] for sw in switches if sw["os"] == "ib"}
+            ib = sorted({c["switch"] for c in cabling if c["switch"] in ib_switches})
+            if len(ib) != 1:
+                raise self.err(
+                    "subnet_manager",
+                    f"'hosts' needs every InfiniBand cable on one ib switch (the lab models one subnet "
+                    f"per switch and OpenSM on hosts runs one subnet); "
+                    f"{'none is cabled' if not ib else 'cabled to ' + ', '.join(ib)}",
+                )
+        return mode
 
     def host(self, h: Any, where: str, index: int, profiles: dict) -> dict[str, Any]:
         h = self.mapping(h, where, HOST_KEYS, ("name",))

@@ -180,6 +180,20 @@ def test_wrong_firmware(lab):
     assert_only_changed(before, hw(), {("hcas", 2, "fw_ver"): "28.36.1010"})
 
 
+def test_driver_version_changes_the_silicon_and_clear_restores_it(lab):
+    _, fake = lab
+    original = hw_path("gpu02").read_bytes()
+    before = hw("gpu02")
+    assert before["driver_version"] == "550.54.15"
+    assert run("gpu02", "driver-version", "550.90.07") == 0
+    assert_only_changed(before, hw("gpu02"), {("driver_version",): "550.90.07"})
+    assert fake.resyncs == ["gpu02"]
+    assert faults.active()[-1]["kind"] == "driver-version"
+    assert run("clear", "gpu02") == 0
+    assert hw_path("gpu02").read_bytes() == original
+    assert fake.resyncs == ["gpu02", "gpu02"]
+
+
 def test_wrong_ofed_rewrites_release_and_clear_restores_it(lab):
     _, fake = lab
     assert run("gpu02", "wrong-ofed", "5.8-3.0.7.0") == 0
@@ -283,6 +297,8 @@ def test_ib_switch_port_down_edits_the_fabric_file(lab):
     (["gpu01", "nvlink-inactive", "0", "18"], "LINK must be 0..17"),
     (["gpu01", "wrong-firmware", "mlx5_0", "new"], "'new' is not a firmware version"),
     (["gpu01", "wrong-ofed", "latest"], "'latest' is not an MLNX_OFED version"),
+    (["gpu01", "driver-version", "550"], "'550' is not an NVIDIA driver version"),
+    (["gpu01", "driver-version"], "driver-version takes VERSION"),
     (["gpu01", "host-unreachable", "now"], "host-unreachable takes no arguments"),
     (["gpu01", "qos-reset", "eth9"], "gpu01 has no netdev 'eth9'"),
     (["leaf-onyx", "session-drop", "0"], "N must be a positive number"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from fabricops.lab import hardware, topology
 
@@ -76,8 +77,10 @@ def test_schema(hw2):
         "driver_version",
         "cuda_version",
         "nic_affinity",
+        "subnet_manager",
     }
     assert hw2["host"] == "gpu02" and hw2["kernel"] == "6.1.0-18-amd64"
+    assert hw2["subnet_manager"] == "switch"  # the default rack's Quantum-2 runs the SM
     assert (hw2["driver_version"], hw2["cuda_version"], hw2["gpu_topology"]) == (
         "550.54.15",
         "12.4",
@@ -223,3 +226,16 @@ def test_other_gpu_count():
     assert hw["gpu_topology"] == "direct" and hw["gpus"][0]["memory_mib"] == 81920
     assert hw["hcas"][0]["ports"][0]["rate_gbps"] == 200
     assert hw["nic_affinity"] == {"mlx5_0": [0, 1]}
+
+
+def test_subnet_manager_placement_reaches_every_host():
+    raw = yaml.safe_load(topology.DEFAULT_TOPOLOGY.read_text())
+    raw["subnet_manager"] = "hosts"
+    topo = topology.normalise(raw)
+    assert {hardware.hardware_json(topo, h, kernel="k")["subnet_manager"] for h in topo["hosts"]} == {"hosts"}
+    del raw["subnet_manager"]
+    topo = topology.normalise(raw)
+    assert hardware.hardware_json(topo, topo["hosts"][0], kernel="k")["subnet_manager"] == "switch"
+    # an older normalised topology (lab.json from before the key existed) gives the default
+    old = {k: v for k, v in topo.items() if k != "subnet_manager"}
+    assert hardware.hardware_json(old, old["hosts"][0], kernel="k")["subnet_manager"] == "switch"

@@ -79,9 +79,11 @@ def test_bad_version_is_one_sentence():
 
 def test_every_ofed_tool_is_packaged_and_the_driver_tool_is_not():
     placed = {t for tools in ofed_repo.ofed_tools().values() for t in tools}
-    expected = {t for t in emul_tools.TOOLS if not t.startswith("nvidia")}
+    expected = {t for t in emul_tools.TOOLS if not ofed_repo.NOT_OFED.match(t)}
     assert placed == expected
-    assert "nvidia-smi" not in placed
+    assert "nvidia-smi" not in placed and "nv-fabricmanager" not in placed  # NVIDIA's, not MLNX_OFED's
+    assert "sminfo" in ofed_repo.ofed_tools()["infiniband-diags"]
+    assert ofed_repo.ofed_tools()["opensm"] == ["opensm"]
     assert "ibstat" in ofed_repo.ofed_tools()["infiniband-diags"]
     assert "ib_write_bw" in ofed_repo.ofed_tools()["perftest"]
 
@@ -94,7 +96,7 @@ def test_debs_are_valid_with_the_expected_names_and_versions(repo):
     assert names == sorted([
         "ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils", "mlnx-ofed-kernel-dkms",
         "mlnx-ofed-kernel-modules", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
-        "mlnx-fw-updater", "mlnx-ofed-all"])
+        "opensm", "mlnx-fw-updater", "mlnx-ofed-all"])
     for deb in (out / "repo" / NEW).glob("*.deb"):
         info = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True)
         assert info.returncode == 0, info.stderr
@@ -110,7 +112,7 @@ def test_wrappers_call_the_emulated_tools(repo):
     out, _ = repo
     diags = _deb(out, NEW, "infiniband-diags")
     files = _contents(diags)
-    for tool in ("ibstat", "ibstatus", "ibqueryerrors", "perfquery"):
+    for tool in ("ibstat", "ibstatus", "ibqueryerrors", "perfquery", "sminfo"):
         assert files[f"/usr/bin/{tool}"].startswith("-rwxr-xr-x")
     body = _extract(diags, "usr/bin/ibstat")
     assert body.startswith("#!/usr/bin/python3\n")
@@ -121,6 +123,11 @@ def test_wrappers_call_the_emulated_tools(repo):
     assert set(_contents(_deb(out, NEW, "mlnx-tools"))) >= {
         "/usr/bin/mlnx_qos", "/usr/bin/cma_roce_tos", "/usr/bin/cma_roce_mode"}
     assert "/usr/bin/ib_write_bw" in _contents(_deb(out, NEW, "perftest"))
+    opensm = _deb(out, NEW, "opensm")
+    assert _field(opensm, "Version") == ofed_repo.package_versions(NEW, KERNEL)["opensm"]
+    assert _field(opensm, "Version") == "5.18.0.MLNX20240128.3f266a48-0.1.2410"
+    assert {"/usr/sbin/opensm", "/lib/systemd/system/opensmd.service"} <= set(_contents(opensm))
+    assert 'main("opensm", sys.argv[1:])' in _extract(opensm, "usr/sbin/opensm")
 
 
 def test_ofed_scripts_records_the_release(repo):
@@ -154,6 +161,7 @@ def test_meta_package_pins_exact_versions(repo):
     assert f"ofed-scripts (= {v['ofed-scripts']})" in deps
     assert f"infiniband-diags (= {v['infiniband-diags']})" in deps
     assert f"perftest (= {v['perftest']})" in deps
+    assert f"opensm (= {v['opensm']})" in deps
     assert (f"mlnx-ofed-kernel-modules (= {v['mlnx-ofed-kernel-modules']}) | "
             f"mlnx-ofed-kernel-dkms (= {v['mlnx-ofed-kernel-dkms']})") in deps
     assert _field(_deb(out, OLD, "mlnx-ofed-all"), "Version") == OLD
@@ -188,7 +196,7 @@ def test_iso_root_is_the_tree_and_extracts_with_xorriso(repo, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (dest / ".mlnx").read_text() == f"{OLD}\n"
     assert os.access(dest / "mlnxofedinstall", os.X_OK)
-    assert len(list((dest / "DEBS").glob("*.deb"))) == 11
+    assert len(list((dest / "DEBS").glob("*.deb"))) == 12  # with opensm
 
 
 def test_checksums_match_the_files(repo):
@@ -220,7 +228,7 @@ def test_packages_index_describes_every_deb(repo):
     out, _ = repo
     rdir = out / "repo" / NEW
     index = _stanzas((rdir / "Packages").read_text())
-    assert len(index) == 11
+    assert len(index) == 12
     for deb in rdir.glob("*.deb"):
         entry = index[deb.name.split("_")[0]]
         assert entry["Filename"] == f"./{deb.name}"
@@ -345,6 +353,10 @@ def test_installer_installs_and_asks_for_an_openibd_restart(tree):
     assert os.access(root / "usr/bin/ibstat", os.X_OK) and os.access(root / "etc/init.d/openibd", os.X_OK)
     assert (root / "etc/infiniband/openib.conf").read_text().endswith("RUN_FW_UPDATER_ONBOOT=no\n")
     assert _installed(root)["mlnx-ofed-all"] == OLD
+    # MLNX_OFED installs OpenSM too (not enabled: the subnet_manager role decides where it runs)
+    assert "Installing opensm-5.18.0.MLNX20240128.3f266a48..." in proc.stdout
+    assert os.access(root / "usr/sbin/opensm", os.X_OK) and os.access(root / "usr/bin/sminfo", os.X_OK)
+    assert not (root / "etc/systemd/system/multi-user.target.wants/opensmd.service").exists()
 
 
 def test_upgrade_replaces_every_package(tree):

@@ -244,3 +244,31 @@ def test_small_custom_topology(raw):
     assert topo["cabling"] == [
         {"host": "a1", "netdev": "ib0", "hca": "mlx5_0", "port": 1, "switch": "qm", "switch_port": "p2"}
     ]
+
+
+def test_subnet_manager_default_and_explicit(raw):
+    assert raw["subnet_manager"] == "switch"  # written out in the default rack
+    assert topology.normalise(raw)["subnet_manager"] == "switch"
+    del raw["subnet_manager"]
+    assert topology.normalise(raw)["subnet_manager"] == "switch"
+    raw["subnet_manager"] = "hosts"
+    assert topology.normalise(raw)["subnet_manager"] == "hosts"
+
+
+def test_subnet_manager_bad_value(raw):
+    raw["subnet_manager"] = "ufm"
+    assert "subnet_manager: 'ufm' is not a subnet manager placement (one of switch, hosts)" in _err(raw)
+
+
+def test_subnet_manager_hosts_needs_one_ib_switch(raw):
+    raw["subnet_manager"] = "hosts"
+    raw["switches"].append({"name": "ib-sw2", "os": "ib", "model": "QM9700",
+                            "ports": {"format": "{n}", "count": 64}})
+    for c in raw["cabling"]:
+        if c["netdev"] == "ibp60s0":
+            c["switch"] = "ib-sw2"
+    msg = _err(raw)
+    assert "subnet_manager: 'hosts' needs every InfiniBand cable on one ib switch" in msg
+    assert msg.endswith("cabled to ib-sw1, ib-sw2")
+    raw["subnet_manager"] = "switch"  # a switch per subnet runs its SM: fine
+    assert topology.normalise(raw)["subnet_manager"] == "switch"

@@ -25,9 +25,9 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     # emul/hwctl.py (parent holds emul/) or a copy next to emul/ (/usr/lib/emulated-hw/hwctl.py)
     sys.path.insert(0, _here if os.path.isdir(os.path.join(_here, "emul")) else os.path.dirname(_here))
-    from emul import devstate  # type: ignore[no-redef]
+    from emul import devstate, services  # type: ignore[no-redef]
 else:
-    from . import devstate
+    from . import devstate, services
 
 LOWER = "run/emulated-hw/sysfs-lower"
 UPPER = "run/emulated-hw/sysfs-upper"
@@ -169,6 +169,7 @@ def netdev_path(netdev: str) -> str | None:
 
 def port_entries(hca: dict, port: dict, hw: dict) -> tuple[dict, dict, dict]:
     """(silicon, knobs, counters) for one port: rel path -> content."""
+    port = services.effective_port(hw, hca, port)  # INIT until a subnet manager swept the subnet
     dev, p = hca["name"], port["port"]
     pd = devstate.port_dir(dev, p)
     state = port.get("state", "ACTIVE")

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from . import devstate
+from . import devstate, services
 
 INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 NO_DEVICES = "No devices were found"
@@ -188,6 +188,9 @@ def _sec(indent: int, key: str) -> str:
 def _fabric(hw: dict[str, Any], g: _Gpu) -> tuple[str, str]:
     if hw.get("gpu_topology") != "nvswitch" or g.arch not in ("Hopper", "Blackwell"):
         return "N/A", "N/A"
+    fs = services.fabric_state(hw)  # a fabric manager the host must run (hardware.json fabric_manager)
+    if fs:
+        return fs
     fm = hw.get("fabric_manager") or {}
     state = fm.get("state", "Completed")
     if state == "Completed":

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import sys
 
-from . import devstate, hwctl
+from . import devstate, hwctl, services
 
 DRIVER_STOPPED = "run/emulated-hw/driver-stopped"
 
@@ -869,6 +869,7 @@ def openibd(argv: list[str]) -> int:
         devstate.reset_qos()
         flag.parent.mkdir(parents=True, exist_ok=True)
         flag.write_text("stopped\n")
+        services.unload_dependents()  # nvidia_peermem & co. go with ib_core
         _ok_line("Unloading HCA driver:")
         if action == "stop":
             return 0

@@ -22,6 +22,9 @@ TOOLS: dict[str, str] = {
     "ibqueryerrors": "rdma:ibqueryerrors",
     "perfquery": "rdma:perfquery",
     "openibd": "rdma:openibd",
+    "sminfo": "services:sminfo",
+    # MLNX_OFED's opensm package (docs/fabric-services.md)
+    "opensm": "services:opensm",
     # perftest
     "ib_write_bw": "perftest:ib_write_bw",
     "ib_read_bw": "perftest:ib_read_bw",
@@ -31,6 +34,8 @@ TOOLS: dict[str, str] = {
     "ib_send_lat": "perftest:ib_send_lat",
     # NVIDIA driver
     "nvidia-smi": "nvidia:nvidia_smi",
+    # nvidia-fabricmanager-<branch> (the lab's fabric manager repository)
+    "nv-fabricmanager": "services:nv_fabricmanager",
     # mlx5 driver statistics for `ethtool -S` (other netdevs and options: the real ethtool)
     "ethtool": "ethtool:main",
 }
