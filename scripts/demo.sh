@@ -22,13 +22,14 @@ export ANSIBLE_CALLBACK_RESULT_FORMAT=yaml   # readable multi-line output (the v
 echo "== fabricops lab up"
 fabricops lab up
 
-# The lab is a new rack: consent to load the freshly installed driver (openibd restart) and name
-# the NCCL profile (InfiniBand). A real rack sets these in its inventory (inventories/example/).
+# The lab is a new rack: consent to load the freshly installed driver (openibd restart) and to
+# bring up the planned IPoIB interfaces. (The lab's inventory plans the NCCL profile and IPoIB
+# networks as a real rack's does: inventories/example/.)
 echo "== ansible-playbook site.yml"
 log=.cache/demo-site.log
 mkdir -p .cache
 rc=0
-ansible-playbook site.yml -e nccl_profile_name=ib -e mlnx_ofed_allow_restart=true "$@" 2>&1 | tee "$log" \
+ansible-playbook site.yml -e mlnx_ofed_allow_restart=true -e ipoib_allow_restart=true "$@" 2>&1 | tee "$log" \
   || rc=$?
 
 echo

@@ -45,7 +45,10 @@ def ssh_common_args() -> str:
 
 def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
     topo = lab["topology"]
-    gpu_hosts = {h["name"]: {"ansible_host": h["mgmt_ip"]} for h in topo["hosts"]}
+    # ipoib_host_index: each host's address in every IPoIB network of the plan (all.yml)
+    gpu_hosts = {
+        h["name"]: {"ansible_host": h["mgmt_ip"], "ipoib_host_index": h["index"]} for h in topo["hosts"]
+    }
     groups: dict[str, dict[str, Any]] = {"onyx_switches": {}, "cumulus_switches": {}, "ib_switches": {}}
     running = lab.get("switches") or {}
     for sw in topo["switches"]:
@@ -120,6 +123,7 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
                         }
                     )
     data["fabricops_roce_addresses"] = roce_netdevs
+    data.update(host_plan_vars(topo))
     data.update(subnet_manager_vars(topo))
     if lab.get("fabric_manager"):
         # the fabric manager repository (fabric_services.prepare): nvidia_fabric_manager's repo_url
@@ -127,6 +131,31 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
     if ofed_facts:
         # lab.json stores keys sorted: sort here too, so a rewrite from lab.json is byte-identical
         data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
+    return data
+
+
+# IPoIB networks for the rack's InfiniBand ports, in order (RFC 2544's benchmarking range: lab-only).
+IPOIB_PREFIXES = ("198.18.0.0/16", "198.19.0.0/16")
+
+
+def host_plan_vars(topo: dict[str, Any]) -> dict[str, Any]:
+    """What a real rack's inventory plans for its hosts: the NCCL profile of the compute fabric
+    (InfiniBand when the hosts have IB ports, else RoCE) and an IPoIB network per IB port."""
+    ib_netdevs: list[str] = []
+    has_roce = False
+    for h in topo["hosts"]:
+        for hca in h["hcas"]:
+            for p in hca["ports"]:
+                if p["link_layer"] == "InfiniBand" and p["netdev"] not in ib_netdevs:
+                    ib_netdevs.append(p["netdev"])
+                has_roce = has_roce or p["link_layer"] == "Ethernet"
+    data: dict[str, Any] = {}
+    if ib_netdevs:
+        data["nccl_profile_name"] = "ib"
+        networks = zip(ib_netdevs, IPOIB_PREFIXES, strict=False)
+        data["ipoib_plan"] = {"networks": {nd: {"prefix": prefix} for nd, prefix in networks}}
+    elif has_roce:
+        data["nccl_profile_name"] = "roce"
     return data
 
 
