@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Wall time of the pairwise phase on the running lab: circle-method rounds vs one pair at a time.
+"""Wall time of the pairwise phase on the running lab: circle-method rounds vs one pair at a time,
+over every cabled rail (InfiniBand and RoCE, planned as `fabricops verify` plans them).
 
     EMUL_PERFTEST_SECONDS=0.5 .venv/bin/python bench/verify_pairs.py [-i INVENTORY] [--limit gpu_hosts]
 
@@ -15,7 +16,8 @@ import os
 import sys
 
 from fabricops.model.schedule import pair_count, round_count
-from fabricops.verify import pairs
+from fabricops.verify import hostchecks, pairs
+from fabricops.verify.engine import plan_rails
 from fabricops.verify.expect import host_expect
 from fabricops.verify.transport import Fabric
 
@@ -33,10 +35,22 @@ def main() -> int:
     }
     first = next(iter(exps.values()))
     opts = dict(first.perftest, env={"EMUL_PERFTEST_SECONDS": secs})
-    rails = {h: [p.device for p in e.rails()] for h, e in exps.items()}
+    raws = {
+        h: {
+            k: dict(fabric.run(h, c, 60))
+            for k, c in {"ibstat": "ibstat", **hostchecks.pair_commands(e)}.items()
+        }
+        for h, e in exps.items()
+    }
+    rails, errors = plan_rails(exps, raws)
+    for e in errors:
+        print(f"planning: {e.message}")
     addr = {h: str(e.address) for h, e in exps.items()}
-    n, nr = len(exps), len(next(iter(rails.values())))
-    print(f"{n} hosts, {nr} rails, EMUL_PERFTEST_SECONDS={secs}")
+    n, nr = len(exps), len(rails)
+    print(
+        f"{n} hosts, {nr} rails ({', '.join(f'{r.name} {r.link_layer}' for r in rails)}), "
+        f"EMUL_PERFTEST_SECONDS={secs}"
+    )
     out = {}
     for mode in ("rounds", "serial"):
         pr = pairs.run_pairs(

@@ -6,7 +6,8 @@ it is in fails (the message carries blame and likely cause).
 
 import pytest
 
-from fabricops.verify import pairs
+from fabricops.verify import hostchecks, pairs
+from fabricops.verify.engine import explain_roce, plan_rails
 from fabricops.verify.expect import host_expect
 
 
@@ -22,8 +23,16 @@ def pair_results(request):
         spec[0] if isinstance(spec, list) else spec, ansible_inventory=inv
     ).get_hosts(spec[0] if isinstance(spec, list) else spec, ansible_inventory=inv)
     hosts = {n: testinfra.get_host(f"ansible://{n}", ansible_inventory=inv) for n in names}
+    groups = next(iter(hosts.values())).ansible.get_variables().get("groups") or {}
+    layers = {s: "Ethernet" for s in groups.get("switches", [])}
+    layers.update({s: "InfiniBand" for s in groups.get("ib_switches", [])})
     expects = {
-        n: host_expect(n, h.ansible.get_variables(), profile=request.config.getoption("--fabric-profile"))
+        n: host_expect(
+            n,
+            h.ansible.get_variables(),
+            profile=request.config.getoption("--fabric-profile"),
+            switch_link_layers=layers,
+        )
         for n, h in hosts.items()
     }
 
@@ -31,8 +40,13 @@ def pair_results(request):
         r = hosts[name].run(f"timeout -k 5 {int(timeout)} sh -c {pairs.shlex.quote(cmd)}")
         return {"rc": r.rc, "stdout": r.stdout, "stderr": r.stderr}
 
+    # every cabled port, InfiniBand and RoCE (ibstat for link layers/rates, GID tables for RoCE)
+    raws = {
+        n: {k: run(n, c, 60) for k, c in {"ibstat": "ibstat", **hostchecks.pair_commands(e)}.items()}
+        for n, e in expects.items()
+    }
+    rails, errors = plan_rails(expects, raws)
     first = next(iter(expects.values()))
-    rails = {n: [p.device for p in e.rails()] for n, e in expects.items()}
     pr = pairs.run_pairs(
         run,
         list(expects),
@@ -43,6 +57,8 @@ def pair_results(request):
         first.perftest,
     )
     pairs.annotate(pr.results, n_hosts=len(expects))
+    explain_roce(pr.results, rails, [], None)
+    pr.results.extend(errors)
     return pr.results
 
 

@@ -78,7 +78,15 @@ def cmd_verify(args) -> int:
         counter_baseline=baseline,
     )
     progress(f"verifying {len(fabric.hosts)} hosts: {', '.join(fabric.hosts)}")
-    run = verify(fabric.run, fabric.hosts, hostvars, opts, fabric.switch_link_layers())
+    roce = next((hv.get("fabricops_roce") for hv in hostvars.values() if hv.get("fabricops_roce")), None)
+    run = verify(
+        fabric.run,
+        fabric.hosts,
+        hostvars,
+        opts,
+        fabric.switch_link_layers(),
+        switch_reader=fabric.switch_reader(roce),
+    )
     print(report.terminal(run), end="")
     if args.json:
         args.json.write_text(report.to_json(run))

@@ -13,10 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricops.errors import FabricopsError
+from fabricops.errors import FabricopsError, ParseError
+from fabricops.model import rates
+from fabricops.parsers import parse
 from fabricops.verify import hostchecks, pairs
-from fabricops.verify.expect import HostExpect, host_expect
+from fabricops.verify.expect import HostExpect, PortExpect, _natural, host_expect
 from fabricops.verify.result import ERROR, CheckResult, passed
+from fabricops.verify.switchstate import ReadFn
 
 ONLY = ("hosts", "pairs", "gpus")
 
@@ -73,7 +76,9 @@ def verify(
     hostvars: Mapping[str, Mapping[str, Any]],
     opts: Options,
     switch_link_layers: Mapping[str, str] | None = None,
+    switch_reader: ReadFn | None = None,
 ) -> VerifyRun:
+    """``switch_reader`` (read-only) explains degraded RoCE pairs by the switch ports on their path."""
     say = opts.progress or (lambda _m: None)
     t0 = time.monotonic()
     vr = VerifyRun(hosts=list(hosts), profile=opts.profile, only=opts.only)
@@ -116,12 +121,229 @@ def verify(
     vr.host_phase_s = time.monotonic() - th
 
     if opts.only in (None, "pairs"):
-        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say)
+        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader)
     vr.wall_s = time.monotonic() - t0
     return vr
 
 
-def _pair_phase(run, expects, raws, vr: VerifyRun, opts: Options, say) -> pairs.PairRun | None:
+def _ibstat_rates(raw: Mapping[str, Any]) -> dict[str, float]:
+    res = raw.get("ibstat")
+    if not res or res.get("rc") not in (0, None):
+        return {}
+    try:
+        rec = parse("ibstat", res.get("stdout") or "")
+    except ParseError:
+        return {}
+    return {f"{ca.name}/{p.port}": float(p.rate) for ca in rec.cas for p in ca.ports if p.rate}
+
+
+def _rail_rate(
+    layer: str, members: Mapping[str, PortExpect], exp0: HostExpect, raws: Mapping[str, Any]
+) -> tuple[float | None, str]:
+    """The rate a rail's ports should run at, and where it comes from."""
+    prof = exp0.profile
+    if layer == prof.hca.link_layer:
+        width = f" {prof.hca.width}" if prof.hca.width else ""
+        return float(prof.hca.rate_gbps), f"profile {prof.name} ({prof.hca.speed}{width})"
+    for p in members.values():
+        if p.speed:
+            try:
+                return float(rates.port_rate(layer, p.speed, "4X")), f"fabricops_cabling speed {p.speed}"
+            except (ValueError, KeyError):
+                continue
+    seen = [_ibstat_rates(raws.get(h, {})).get(p.device) for h, p in members.items()]
+    seen = [r for r in seen if r]
+    if seen:
+        return max(seen), "the highest rate ibstat reports on the rail (the profile names no rate for it)"
+    return None, "unknown"
+
+
+def plan_rails(
+    expects: Mapping[str, HostExpect], raws: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[pairs.Rail], list[CheckResult]]:
+    """Every cabled HCA port, InfiniBand and RoCE, grouped into rails: the same HCA port on the same
+    switch. RoCE rails carry each host's RoCE data address (cabling ``address``,
+    ``fabricops_roce_addresses``, else the RoCE v2 IPv4 GID), its RoCE v2 GID index from the GID
+    table, and the ToS of ``fabricops_roce``. What cannot be planned is an ``error`` result."""
+    hosts = list(expects)
+    exp0 = expects[hosts[0]]
+    errors: list[CheckResult] = []
+
+    def err(host: str, device: str | None, msg: str) -> None:
+        errors.append(CheckResult("pairs", "schedule", host, device, ERROR, msg))
+
+    groups: dict[tuple[str, int, str | None], dict[str, PortExpect]] = {}
+    layers: dict[tuple[str, int, str | None], str] = {}
+    for h, e in expects.items():
+        observed = hostchecks.observed_link_layers(raws.get(h, {}))
+        for p in e.ports:
+            layer = p.link_layer or observed.get(p.device)
+            if layer is None:
+                err(
+                    h,
+                    p.device,
+                    f"{h} {p.device}: link layer unknown (its switch is in no switch group and "
+                    "ibstat does not list it): cannot plan its rail (failing closed)",
+                )
+                continue
+            key = (p.hca, p.port, p.switch)
+            groups.setdefault(key, {})[h] = p
+            layers.setdefault(key, layer)
+    tos = None
+    roce_cfg = exp0.roce
+    if roce_cfg is not None:
+        try:
+            from fabricops.model.roce import validate
+
+            tos = validate(roce_cfg).tos
+        except FabricopsError:
+            tos = None  # reported by the roce_qos host check
+    rails: list[pairs.Rail] = []
+    for key in sorted(groups, key=lambda k: (_natural(k[0]), k[1], str(k[2] or ""))):
+        members = dict(groups[key])
+        name = f"{key[0]}/{key[1]}"
+        where = f" on {key[2]}" if key[2] else ""
+        layer = layers[key]
+        addresses = {h: str(expects[h].address) for h in members}
+        gids: dict[str, int] = {}
+        if layer == "Ethernet":
+            for h, p in list(members.items()):
+                e = expects[h]
+                addr = (
+                    p.address or e.roce_addresses.get(p.hca) or (p.netdev and e.roce_addresses.get(p.netdev))
+                )
+                entries = hostchecks.parse_gids((raws.get(h, {}).get(f"gids:{p.device}") or {}).get("stdout"))
+                gid = hostchecks.roce_v2_gid(entries, addr or None)
+                if gid is None:
+                    err(
+                        h,
+                        p.device,
+                        f"{h} {p.device}"
+                        + (f" ({p.netdev})" if p.netdev else "")
+                        + f": no RoCE v2 GID for {addr or 'an IPv4 address'} in its GID table: the netdev "
+                        "lacks the address or RoCE v2 is off; its RoCE pairs cannot run (failing closed)",
+                    )
+                    del members[h]
+                    continue
+                addresses[h] = str(addr or gid["ipv4"])
+                gids[h] = int(gid["index"])
+        missing = [h for h in hosts if h not in members]
+        if len(members) < 2:
+            err(
+                ",".join(members) or "-",
+                name,
+                f"rail {name}{where}: "
+                + (f"only {', '.join(members)} can test there" if members else "no host can test there")
+                + ", no peer (failing closed)",
+            )
+            continue
+        if missing:
+            err(
+                ",".join(missing),
+                name,
+                f"rail {name}{where}: {', '.join(missing)} not on this rail "
+                "(not cabled there, or not testable); tested among the others (failing closed)",
+            )
+        rate, rate_src = _rail_rate(layer, members, exp0, raws)
+        if rate is None:
+            err(
+                ",".join(members),
+                name,
+                f"rail {name}{where}: no rate known for its {layer} ports (set "
+                "speed in fabricops_cabling); not tested (failing closed)",
+            )
+            continue
+        rails.append(
+            pairs.Rail(
+                index=len(rails),
+                name=name,
+                link_layer=layer,
+                rate_gbps=rate,
+                devices={h: p.device for h, p in members.items()},
+                addresses=addresses,
+                switch=key[2],
+                rate_source=rate_src,
+                switch_ports={h: p.switch_port for h, p in members.items() if p.switch_port},
+                netdevs={h: p.netdev for h, p in members.items() if p.netdev},
+                gid_index=gids,
+                tos=tos if layer == "Ethernet" else None,
+            )
+        )
+    return rails, errors
+
+
+def explain_roce(
+    results: Sequence[CheckResult],
+    rails: Sequence[pairs.Rail],
+    host_results: Sequence[CheckResult],
+    reader: ReadFn | None,
+) -> None:
+    """Name the path of each failed RoCE pair: both hosts' RoCE QoS (the roce_qos check) and, when the
+    inventory has the switch, its ports on the path (read-only). Writes ``cause`` and
+    ``details.path`` in place."""
+    by_index = {r.index: r for r in rails}
+    failing = [
+        r
+        for r in results
+        if r.category == "pairs" and not r.ok and getattr(by_index.get(r.details.get("rail")), "roce", False)
+    ]
+    if not failing:
+        return
+    qos = {(hr.host, hr.device): hr for hr in host_results if hr.check == "roce_qos" and not hr.ok}
+    wanted: dict[str, set[str]] = {}
+    for r in failing:
+        rail = by_index[r.details["rail"]]
+        for h in (r.details.get("client"), r.details.get("server")):
+            if rail.switch and rail.switch_ports.get(h):
+                wanted.setdefault(rail.switch, set()).add(rail.switch_ports[h])
+    states: dict[tuple[str, str], list[str]] = {}
+    notes: dict[str, str] = {}
+    for sw, ports in sorted(wanted.items()):
+        if reader is None:
+            notes[sw] = f"{sw} not read (no switch access given)"
+            continue
+        try:
+            for port, problems in reader(sw, sorted(ports)).items():
+                states[(sw, port)] = list(problems)
+        except Exception as exc:  # a cause is best effort; the failure stands
+            notes[sw] = f"{sw} could not be read ({' '.join(str(exc).split())[:160]})"
+    for r in failing:
+        rail = by_index[r.details["rail"]]
+        found: list[str] = []
+        clean: list[str] = []
+        path: dict[str, Any] = {"switch": rail.switch, "switch_ports": {}, "host_qos": {}}
+        for h in (r.details.get("client"), r.details.get("server")):
+            nd = rail.netdevs.get(h)
+            hr = qos.get((h, nd))
+            path["host_qos"][h] = list(hr.measured or []) if hr is not None else "as declared or not checked"
+            if hr is not None:
+                diffs = [str(d) for d in hr.measured or []]
+                more = f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""
+                found.append(f"{h} {nd} ({rail.devices.get(h)}): " + "; ".join(diffs[:3]) + more)
+            sp = rail.switch_ports.get(h)
+            if rail.switch and sp:
+                st = states.get((rail.switch, sp))
+                path["switch_ports"][sp] = st if st is not None else notes.get(rail.switch)
+                if st:
+                    found.append(f"{rail.switch} {sp} ({h} {rail.devices.get(h)}): {'; '.join(st)}")
+                elif st == []:
+                    clean.append(sp)
+        r.details["path"] = path
+        if found:
+            r.cause = "; ".join(dict.fromkeys(found)) + (f" -- {r.cause}" if r.cause else "")
+            continue
+        extra = []
+        if clean:
+            extra.append(f"{rail.switch} {', '.join(clean)} hold the lossless class as declared")
+        if rail.switch in notes:
+            extra.append(notes[rail.switch])
+        if extra:
+            r.cause = f"{r.cause}; {'; '.join(extra)}" if r.cause else "; ".join(extra)
+
+
+def _pair_phase(
+    run, expects, raws, vr: VerifyRun, opts: Options, say, reader: ReadFn | None = None
+) -> pairs.PairRun | None:
     names = list(expects)
     if len(names) < 2:
         vr.results.append(
@@ -148,13 +370,9 @@ def _pair_phase(run, expects, raws, vr: VerifyRun, opts: Options, say) -> pairs.
             )
         )
         return None
-    rails = {
-        h: [p.device for p in expects[h].rails(hostchecks.observed_link_layers(raws.get(h, {})))]
-        for h in names
-    }
-    counts = {len(v) for v in rails.values()}
-    if 0 in counts or len(counts) > 1:
-        detail = ", ".join(f"{h}: {len(v)}" for h, v in rails.items())
+    rails, errors = plan_rails(expects, raws)
+    vr.results.extend(errors)
+    if not rails:
         vr.results.append(
             CheckResult(
                 "pairs",
@@ -162,17 +380,18 @@ def _pair_phase(run, expects, raws, vr: VerifyRun, opts: Options, say) -> pairs.
                 ",".join(names),
                 None,
                 ERROR,
-                f"cannot plan rails: compute ports per host differ or are unknown ({detail})",
+                "cannot plan rails: no HCA port is cabled on two hosts "
+                "(fabricops_cabling or fabricops_verify_ports) (failing closed)",
             )
         )
         return None
+    say("rails: " + ", ".join(f"{r.index} {r.label} {r.link_layer} {r.rate_gbps:g} Gb/s" for r in rails))
     exp0 = expects[names[0]]
-    addresses = {h: str(expects[h].address) for h in names}
     pr = pairs.run_pairs(
         run,
         names,
         rails,
-        addresses,
+        {h: str(expects[h].address) for h in names},
         exp0.profile,
         exp0.rate_gbps,
         exp0.perftest,
@@ -181,5 +400,6 @@ def _pair_phase(run, expects, raws, vr: VerifyRun, opts: Options, say) -> pairs.
         rerun=opts.rerun,
     )
     pairs.annotate(pr.results, vr.results, n_hosts=len(names))
+    explain_roce(pr.results, rails, vr.results, reader)
     vr.results.extend(pr.results)
     return pr

@@ -33,6 +33,10 @@ class PortExpect:
     port: int
     netdev: str | None = None
     link_layer: str | None = None  #: InfiniBand | Ethernet | None (unknown until observed)
+    switch: str | None = None  #: the switch the port is cabled to (``fabricops_cabling``)
+    switch_port: str | None = None  #: its port on that switch (``Eth1/3``, ``swp3``, ``5``)
+    address: str | None = None  #: RoCE data address (IPv4, no prefix) when the entry gives one
+    speed: str | None = None  #: expected speed when the entry gives one (``400GbE``, ``NDR``)
 
     @property
     def device(self) -> str:
@@ -56,6 +60,13 @@ class HostExpect:
     perftest: dict[str, Any] = field(default_factory=lambda: dict(PERFTEST_DEFAULTS))
     #: device ("mlx5_0/1") -> {counter: value} from an earlier run; None = absolute counters
     counter_baseline: dict[str, dict[str, int]] | None = None
+    #: HCA name or netdev -> RoCE data address (``fabricops_roce_addresses``)
+    roce_addresses: dict[str, str] = field(default_factory=dict)
+    #: the subnet_manager role's plan: {"mode": "switch"|"hosts", "priority": the master's (hosts
+    #: mode: the highest in subnet_manager_hosts) or None}; None = no SM planned in the inventory
+    subnet_manager: dict[str, Any] | None = None
+    #: GPUDirect RDMA is part of the rollout (site.yml's gpudirect phase, fabricops_site_gpudirect)
+    gpudirect: bool = True
 
     @property
     def link_layer(self) -> str:
@@ -122,8 +133,43 @@ def expected_ports(
         layer = e.get("link_layer")
         if layer is None and switch_link_layers and e.get("switch") in switch_link_layers:
             layer = switch_link_layers[e["switch"]]
-        out.append(PortExpect(str(e["hca"]), int(e.get("port", 1)), e.get("netdev"), layer))
+        out.append(
+            PortExpect(
+                str(e["hca"]),
+                int(e.get("port", 1)),
+                e.get("netdev"),
+                layer,
+                e.get("switch"),
+                None if e.get("switch_port") is None else str(e["switch_port"]),
+                _bare(e.get("address")),
+                None if e.get("speed") is None else str(e["speed"]),
+            )
+        )
     return sorted(set(out), key=lambda p: (_natural(p.hca), p.port))
+
+
+def _bare(address: Any) -> str | None:
+    """``203.0.113.3/26`` -> ``203.0.113.3``."""
+    if not address:
+        return None
+    return str(address).split("/")[0].strip() or None
+
+
+def roce_addresses(host: str, hostvars: Mapping[str, Any]) -> dict[str, str]:
+    """HCA name and netdev -> RoCE data address of ``host`` from ``fabricops_roce_addresses``.
+
+    Shape (what the lab writes): ``{host: [{netdev, hca, address: "203.0.113.3/26"}, ...]}``."""
+    table = hostvars.get("fabricops_roce_addresses") or {}
+    out: dict[str, str] = {}
+    entries = table.get(host) if isinstance(table, Mapping) else None
+    for e in entries or []:
+        if not isinstance(e, Mapping) or not e.get("address"):
+            continue
+        addr = _bare(e["address"])
+        for key in ("hca", "netdev"):
+            if e.get(key) and addr:
+                out[str(e[key])] = addr
+    return out
 
 
 def _natural(name: str) -> list[Any]:
@@ -170,6 +216,11 @@ def host_expect(
         }
     perftest = dict(PERFTEST_DEFAULTS)
     perftest.update(hostvars.get("fabricops_verify_perftest") or {})
+    subnet_manager = None
+    if hostvars.get("subnet_manager_mode") in ("switch", "hosts"):
+        mode = hostvars["subnet_manager_mode"]
+        prios = [int(v) for v in (hostvars.get("subnet_manager_hosts") or {}).values() if str(v).isdigit()]
+        subnet_manager = {"mode": mode, "priority": max(prios) if mode == "hosts" and prios else None}
     skip_all = set(skip) | set(hostvars.get("fabricops_verify_skip") or [])
     return HostExpect(
         host=host,
@@ -186,4 +237,14 @@ def host_expect(
         skip=frozenset(skip_all),
         perftest=perftest,
         counter_baseline=counter_baseline,
+        roce_addresses=roce_addresses(host, hostvars),
+        subnet_manager=subnet_manager,
+        gpudirect=_flag(hostvars.get("fabricops_site_gpudirect", True)),
     )
+
+
+def _flag(value: Any) -> bool:
+    """An inventory boolean (YAML bool, or a string from -e / INI)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("0", "false", "no", "off", "n", "f", "")
+    return bool(value)

@@ -24,8 +24,13 @@ from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
 Raw = Mapping[str, Mapping[str, Any]]
 
-HOST_CHECKS = ("ofed_version", "hca_port", "error_counters", "ipoib", "roce_qos", "nccl_profile")
-GPU_CHECKS = ("gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity")
+HOST_CHECKS = (
+    "ofed_version", "hca_port", "error_counters", "subnet_manager", "gpudirect",
+    "ipoib", "roce_qos", "nccl_profile",
+)
+GPU_CHECKS = ("gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity", "fabric_manager")
+#: The kernel module of GPUDirect RDMA (the gpudirect role's gpudirect_module default).
+PEERMEM = "nvidia_peermem"
 
 CAUSES = {
     "down": "link down: cable pulled or dead, transceiver failed, or the switch port disabled",
@@ -48,6 +53,15 @@ CAUSES = {
     "restart or reboot unless persisted)",
     "nccl": "NCCL profile out of date with the HCAs that are up: run the nccl_profile role",
     "ipoib": "IPoIB interface differs from the plan: run the ipoib role",
+    "no_sm": "no subnet manager answers on the subnet: the switch's SM is off, or OpenSM is not running "
+    "on the hosts of subnet_manager_hosts (run the subnet_manager role); new links stay INIT",
+    "sm_not_master": "the SM that answers is not master: the subnet is still electing or the master died",
+    "sm_priority": "another SM than the planned master won the election (a switch or host SM with a higher "
+    "priority, or a lower GUID at equal priority)",
+    "fabric": "the NVSwitch fabric is not configured: nvidia-fabricmanager is not running or not at the "
+    "driver's exact version (run the nvidia_fabric_manager role)",
+    "peermem": "nvidia_peermem is not loaded: GPUDirect RDMA is off and NCCL stages through host memory "
+    "(run the gpudirect role; an openibd restart unloads it unless the nvidia-peermem unit reloads it)",
 }
 
 
@@ -134,6 +148,14 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
             for k in knobs:
                 if k.read_argv:
                     cmds[f"knobcmd:{' '.join(k.read_argv)}"] = shlex.join(k.read_argv)
+    if "subnet_manager" in want and expect.subnet_manager and _ib_candidates(expect):
+        cmds["sminfo"] = "sminfo"
+    if "gpudirect" in want and expect.gpudirect and _gpudirect_applicable(expect):
+        cmds["lsmod"] = "lsmod"
+    if "fabric_manager" in want and _nvswitch(expect):
+        cmds["nvidia_q"] = "nvidia-smi -q"
+    if only in (None, "pairs"):
+        cmds.update(pair_commands(expect))
     if "nccl_profile" in want and expect.nccl_profile:
         cmds["nccl_conf"] = f"cat {shlex.quote(expect.nccl_conf_path)}"
     if "ipoib" in want and expect.ipoib:
@@ -146,6 +168,59 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
             cmds[f"ipoib_addr:{i['name']}"] = f"ip -j addr show dev {name}"
             cmds[f"ipoib_mode:{i['name']}"] = f"cat /sys/class/net/{name}/mode"
     return cmds
+
+
+def _gpudirect_applicable(expect: HostExpect) -> bool:
+    """GPUs and RDMA HCAs on one host (fabricops.services.gpudirect_applicable, from the plan)."""
+    return expect.profile.gpu.count > 0 and bool(expect.ports)
+
+
+def _nvswitch(expect: HostExpect) -> bool:
+    return expect.profile.gpu.count > 0 and expect.profile.gpu.topology == "nvswitch"
+
+
+def gid_command(p: PortExpect) -> str:
+    """The port's GID table with each entry's type (errors of unset entries dropped)."""
+    base = f"/sys/class/infiniband/{shlex.quote(p.hca)}/ports/{p.port}"
+    return f"grep -H '' {base}/gids/* {base}/gid_attrs/types/* 2>/dev/null; true"
+
+
+def pair_commands(expect: HostExpect) -> dict[str, str]:
+    """What pair planning reads besides ibstat: the GID table of every RoCE candidate port."""
+    return {f"gids:{p.device}": gid_command(p) for p in expect.ports if p.link_layer in (None, "Ethernet")}
+
+
+_GID_LINE = re.compile(r"^/sys/class/infiniband/[^/]+/ports/\d+/(gids|gid_attrs/types)/(\d+):(.*)$")
+
+
+def parse_gids(text: str) -> list[dict[str, Any]]:
+    """``grep -H`` of ``gids/N`` and ``gid_attrs/types/N`` -> [{index, gid, type, ipv4}] with a
+    non-zero GID, by index. ``ipv4`` is the address of an IPv4-mapped GID (RoCE v2 / v1 over IPv4)."""
+    from fabricops.facts import gid_to_ipv4
+
+    gids: dict[int, str] = {}
+    types: dict[int, str] = {}
+    for line in (text or "").replace("\r\n", "\n").splitlines():
+        m = _GID_LINE.match(line.strip())
+        if not m:
+            continue
+        (gids if m[1] == "gids" else types)[int(m[2])] = m[3].strip()
+    out = []
+    for idx in sorted(gids):
+        gid = gids[idx].lower()
+        if not gid or set(gid.replace(":", "")) <= {"0"}:
+            continue
+        out.append({"index": idx, "gid": gid, "type": types.get(idx), "ipv4": gid_to_ipv4(gid)})
+    return out
+
+
+def roce_v2_gid(entries: list[dict[str, Any]], ipv4: str | None = None) -> dict[str, Any] | None:
+    """The RoCE v2 IPv4 entry (the one NCCL_IB_GID_INDEX names): for ``ipv4`` when given, else the
+    first. None when there is none (no IPv4 address on the netdev, or RoCE v2 disabled)."""
+    for e in entries:
+        if e["type"] == "RoCE v2" and e["ipv4"] and (ipv4 is None or e["ipv4"] == ipv4):
+            return e
+    return None
 
 
 def _wanted(expect: HostExpect, only: str | None) -> set[str]:
@@ -232,6 +307,12 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
         _nvlink(ctx)
     if want & {"gpu_topology", "nic_gpu_affinity"}:
         _topo(ctx, want, layers, gpus)
+    if "fabric_manager" in want:
+        _fabric_manager(ctx)
+    if "subnet_manager" in want:
+        _subnet_manager(ctx, layers)
+    if "gpudirect" in want:
+        _gpudirect(ctx)
     if "roce_qos" in want:
         _roce(ctx, layers)
     if "nccl_profile" in want:
@@ -648,6 +729,130 @@ def _topo(ctx: _Ctx, want: set[str], layers: Mapping[str, str], rows: Any) -> No
                 op="in",
                 cause=None if ok else CAUSES["affinity"],
             )
+
+
+def _subnet_manager(ctx: _Ctx, layers: Mapping[str, str]) -> None:
+    """sminfo: a MASTER SM answers (the ports' ACTIVE state is hca_port's); in mode hosts, with the
+    priority of the plan's master (the highest in subnet_manager_hosts)."""
+    plan = ctx.expect.subnet_manager
+    if not plan:
+        ctx.add("hosts", "subnet_manager", None, SKIP,
+                f"{ctx.host}: no subnet_manager_mode in the inventory (not planned)")
+        return
+    ib = [p for p in _ib_candidates(ctx.expect) if layers.get(p.device, p.link_layer) in (None, "InfiniBand")]
+    if not ib:
+        ctx.add("hosts", "subnet_manager", None, SKIP, f"{ctx.host}: no InfiniBand ports")
+        return
+    res = ctx.raw.get("sminfo")
+    text = ((res or {}).get("stdout") or "") + ((res or {}).get("stderr") or "")
+    if res is not None and res.get("rc") not in (0, None, 127) and "iberror: failed: query" in text:
+        ctx.add("hosts", "subnet_manager", None, FAIL,
+                f"{ctx.host}: no subnet manager answers (sminfo: iberror: failed: query; "
+                f"subnet_manager_mode {plan['mode']})",
+                measured=None, threshold="SMINFO_MASTER", op="==", cause=CAUSES["no_sm"])
+        return
+    rec = ctx.tool("sminfo", "sminfo", "hosts", "subnet_manager")
+    if rec is None:
+        return
+    problems, cause = [], None
+    if rec.state != 3:
+        problems.append(f"the SM that answers is in state {rec.state} {rec.state_name}, not SMINFO_MASTER")
+        cause = CAUSES["sm_not_master"]
+    want = plan.get("priority")
+    if want is not None and rec.priority != want:
+        problems.append(f"master priority {rec.priority}, the plan's master has {want}")
+        cause = cause or CAUSES["sm_priority"]
+    where = "the switch" if plan["mode"] == "switch" else "hosts"
+    ctx.add(
+        "hosts",
+        "subnet_manager",
+        None,
+        FAIL if problems else PASS,
+        f"{ctx.host}: "
+        + ("; ".join(problems) if problems
+           else f"master SM lid {rec.lid} guid {rec.guid} priority {rec.priority} (SM on {where})"),
+        measured={"state": rec.state_name, "priority": rec.priority, "lid": rec.lid, "guid": rec.guid},
+        threshold={"state": "SMINFO_MASTER", "priority": want},
+        op="==",
+        cause=cause,
+        details={"mode": plan["mode"]},
+    )
+
+
+def _fabric_manager(ctx: _Ctx) -> None:
+    """nvidia-smi -q: every GPU's Fabric State Completed, Status Success (NVSwitch systems)."""
+    from fabricops.services import fabric_errors
+
+    prof = ctx.expect.profile.gpu
+    if not _nvswitch(ctx.expect):
+        ctx.add("gpus", "fabric_manager", None, SKIP,
+                f"{ctx.host}: not an NVSwitch system (profile GPU topology {prof.topology}): "
+                "no fabric manager")
+        return
+    rec = ctx.tool("nvidia_q", "nvidia-smi-q", "gpus", "fabric_manager")
+    if rec is None:
+        return
+    # the parser reads "N/A" as None; the message says what nvidia-smi printed
+    gpus = [{"pci_bus_id": g.pci_bus_id, "fabric_state": g.fabric_state,
+             "fabric_status": g.fabric_status if g.fabric_status is not None else "N/A"} for g in rec.gpus]
+    if not any(g["fabric_state"] for g in gpus):
+        ctx.add("gpus", "fabric_manager", None, SKIP,
+                f"{ctx.host}: nvidia-smi -q reports no GPU fabric state ({len(gpus)} GPUs; only Hopper and "
+                "later report it)")
+        return
+    bad = fabric_errors(gpus)
+    ctx.add(
+        "gpus",
+        "fabric_manager",
+        None,
+        FAIL if bad else PASS,
+        f"{ctx.host}: "
+        + ("; ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "") if bad
+           else f"{len(gpus)} GPUs Fabric State Completed, Status Success (driver {rec.driver_version})"),
+        measured=len(bad),
+        threshold=0,
+        op="==",
+        unit="GPUs without a configured fabric",
+        cause=CAUSES["fabric"] if bad else None,
+        details={"driver_version": rec.driver_version, "gpus": gpus},
+    )
+
+
+def _gpudirect(ctx: _Ctx) -> None:
+    """lsmod: nvidia_peermem loaded where GPUs and RDMA HCAs share the host."""
+    from fabricops.services import lsmod_modules
+
+    if not ctx.expect.gpudirect:
+        ctx.add("hosts", "gpudirect", None, SKIP,
+                f"{ctx.host}: fabricops_site_gpudirect is false (not planned)")
+        return
+    if not _gpudirect_applicable(ctx.expect):
+        ctx.add("hosts", "gpudirect", None, SKIP,
+                f"{ctx.host}: GPUDirect RDMA needs GPUs and RDMA HCAs on one host (not applicable)")
+        return
+    res = ctx.raw.get("lsmod")
+    if res is None or res.get("rc") not in (0, None):
+        lines = [] if res is None else (res.get("stderr") or res.get("stdout") or "").strip().splitlines()
+        detail = "not run" if res is None else (lines[-1] if lines else f"exit {res.get('rc')}")
+        ctx.add("hosts", "gpudirect", None, ERROR, f"{ctx.host}: `lsmod` failed: {detail} (failing closed)")
+        return
+    text = res.get("stdout") or ""
+    if not text.lstrip().startswith("Module"):
+        ctx.add("hosts", "gpudirect", None, ERROR,
+                f"{ctx.host}: lsmod output unreadable (no 'Module  Size  Used by' header)")
+        return
+    loaded = PEERMEM in lsmod_modules(text)
+    ctx.add(
+        "hosts",
+        "gpudirect",
+        PEERMEM,
+        PASS if loaded else FAIL,
+        f"{ctx.host}: {PEERMEM} " + ("loaded (GPUDirect RDMA usable)" if loaded else "is not loaded"),
+        measured=loaded,
+        threshold=True,
+        op="==",
+        cause=None if loaded else CAUSES["peermem"],
+    )
 
 
 def _grep_files(text: str) -> dict[str, str]:

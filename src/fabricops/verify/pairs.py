@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabricops.errors import ParseError
-from fabricops.model.profiles import Profile, threshold_for
-from fabricops.model.schedule import RailPair, rail_pairs
+from fabricops.model.profiles import Profile, Threshold, threshold_for
+from fabricops.model.schedule import RailPair, pair_rounds, rail_pairs
 from fabricops.parsers import parse
 from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
 
@@ -53,9 +53,98 @@ class RailTest:
         return RailTest(rp.rail, rp.host_a, rp.hca_a, rp.host_b, rp.hca_b)
 
 
-def plan(hosts: Sequence[str], rails: Mapping[str, Sequence[str]]) -> list[list[RailTest]]:
-    """Rounds of rail tests; ``rails`` maps host -> its compute ports ("mlx5_0/1") in rail order."""
-    return [[RailTest.from_rail_pair(rp) for rp in rnd] for rnd in rail_pairs(list(hosts), rails)]
+@dataclass(frozen=True, eq=False)
+class Rail:
+    """One rail: the same HCA port on every host, cabled to the same switch.
+
+    ``devices`` holds the hosts that have it (host -> "mlx5_2/1"); a RoCE rail (``link_layer``
+    Ethernet) also carries each host's RoCE data address, GID index (RoCE v2, IPv4) and netdev, and
+    the ToS of the lossless class (``fabricops.model.roce``)."""
+
+    index: int  #: 0-based; the rail's perftest TCP port is ``base_port + index``
+    name: str  #: "mlx5_2/1"
+    link_layer: str  #: InfiniBand | Ethernet
+    rate_gbps: float  #: the rate the ports should run at
+    devices: Mapping[str, str]
+    addresses: Mapping[str, str]  #: host -> address the perftest client connects to
+    switch: str | None = None
+    rate_source: str = "profile"  #: where ``rate_gbps`` comes from, in words
+    switch_ports: Mapping[str, str] = field(default_factory=dict)
+    netdevs: Mapping[str, str] = field(default_factory=dict)
+    gid_index: Mapping[str, int] = field(default_factory=dict)
+    tos: int | None = None
+
+    @property
+    def roce(self) -> bool:
+        return self.link_layer == "Ethernet"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}" + (f" ({self.switch})" if self.switch else "")
+
+
+def rails_from_mapping(
+    rails: Mapping[str, Sequence[str]], addresses: Mapping[str, str], link_layer: str, rate: float
+) -> list[Rail]:
+    """The older form (host -> its compute ports in rail order) as :class:`Rail` s."""
+    per_host = {h: list(v) for h, v in rails.items()}
+    counts = {len(v) for v in per_host.values()}
+    if len(counts) > 1:
+        detail = ", ".join(f"{h}: {len(v)}" for h, v in per_host.items())
+        raise ValueError(f"hosts have different numbers of rails ({detail})")
+    n = counts.pop() if counts else 0
+    return [
+        Rail(
+            i,
+            next(iter(per_host.values()))[i],
+            link_layer,
+            rate,
+            {h: v[i] for h, v in per_host.items()},
+            dict(addresses),
+        )
+        for i in range(n)
+    ]
+
+
+def plan(hosts: Sequence[str], rails: Mapping[str, Sequence[str]] | Sequence[Rail]) -> list[list[RailTest]]:
+    """Rounds of rail tests.
+
+    ``rails``: :class:`Rail` s, or a mapping host -> its compute ports ("mlx5_0/1") in rail order.
+    Rounds come from the circle method over ``hosts`` (N-1 rounds for N even); in each round every
+    host pair holds one test per rail that both hosts have, so within a round a host runs at most one
+    test per rail (one TCP port per rail) and all of them at once."""
+    if isinstance(rails, Mapping):
+        return [[RailTest.from_rail_pair(rp) for rp in rnd] for rnd in rail_pairs(list(hosts), rails)]
+    out = []
+    for rnd in pair_rounds(list(hosts)):
+        tests = [
+            RailTest(r.index, a, r.devices[a], b, r.devices[b])
+            for a, b in rnd
+            for r in rails
+            if a in r.devices and b in r.devices
+        ]
+        if tests:
+            out.append(tests)
+    return out
+
+
+def rail_threshold(profile: Profile, name: str, port_rate: float, link_layer: str | None = None) -> Threshold:
+    """The pass criterion of a pair test on a port of ``port_rate`` and ``link_layer``.
+
+    A profile's published bandwidth floors were measured on its own fabric (``hca.link_layer``, e.g.
+    the Azure NDR floor of 390 Gb/s is InfiniBand); on a port of the other link layer (a RoCE or
+    storage rail of an InfiniBand profile) only the 90 %-of-port-rate default applies."""
+    if link_layer and link_layer != profile.hca.link_layer and profile.floors:
+        thr = threshold_for(replace(profile, floors=()), name, port_rate=port_rate)
+        if name.endswith("_bw"):
+            kind = "RoCE" if link_layer == "Ethernet" else link_layer
+            thr = replace(
+                thr,
+                basis=f"{thr.basis} ({kind} port: profile {profile.name}'s floors are for "
+                f"{profile.hca.link_layer} ports)",
+            )
+        return thr
+    return threshold_for(profile, name, port_rate=port_rate)
 
 
 def _dev(device: str) -> tuple[str, str]:
@@ -68,7 +157,21 @@ def _env(opts: Mapping[str, Any]) -> list[str]:
     return [f"{k}={v}" for k, v in sorted((opts.get("env") or {}).items())]
 
 
-def _args(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> list[str]:
+def roce_args(gid_index: int | None, tos: int | None) -> list[str]:
+    """RoCE: the GID (``-x``, the RoCE v2 IPv4 entry of the GID table) and the traffic class of the
+    lossless class (``--tclass``, the ToS of ``fabricops_roce``) -- the path NCCL takes with
+    NCCL_IB_GID_INDEX and NCCL_IB_TC. (perftest's ``-T`` sets the ToS of rdma_cm QPs only.)"""
+    out = []
+    if gid_index is not None:
+        out += ["-x", str(gid_index)]
+    if tos is not None:
+        out += [f"--tclass={tos}"]
+    return out
+
+
+def _args(
+    test: str, device: str, tcp_port: int, opts: Mapping[str, Any], extra: Sequence[str] = ()
+) -> list[str]:
     hca, port = _dev(device)
     argv = [
         *(["env", *_env(opts)] if opts.get("env") else []),
@@ -79,6 +182,7 @@ def _args(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> lis
         port,
         "-p",
         str(tcp_port),
+        *extra,
     ]
     if test.endswith("_bw"):
         argv += ["--report_gbits", "-s", str(opts["bw_size"]), "-q", str(opts["bw_qps"])]
@@ -87,10 +191,12 @@ def _args(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> lis
     return argv
 
 
-def server_command(test: str, device: str, tcp_port: int, opts: Mapping[str, Any]) -> str:
+def server_command(
+    test: str, device: str, tcp_port: int, opts: Mapping[str, Any], extra: Sequence[str] = ()
+) -> str:
     """Server side, bounded by ``timeout``; its pid is kept so a failed client can stop it."""
     pidfile = f"{PID_DIR}/fabricops-verify-{tcp_port}.pid"
-    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts)])
+    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts, extra)])
     return f"{argv} & p=$!; echo $p > {pidfile}; wait $p; rc=$?; rm -f {pidfile}; exit $rc"
 
 
@@ -99,9 +205,18 @@ def stop_server_command(tcp_port: int) -> str:
     return f"if [ -f {pidfile} ]; then kill $(cat {pidfile}) 2>/dev/null; rm -f {pidfile}; fi; true"
 
 
-def client_command(test: str, device: str, tcp_port: int, server: str, opts: Mapping[str, Any]) -> str:
+def client_command(
+    test: str,
+    device: str,
+    tcp_port: int,
+    server: str,
+    opts: Mapping[str, Any],
+    extra: Sequence[str] = (),
+) -> str:
     """Client side: retries while the server is not listening yet (perftest fails at once then)."""
-    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts), server])
+    argv = shlex.join(
+        ["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts, extra), server]
+    )
     retries = int(opts["connect_retries"])
     return (
         f"n=0; while :; do out=$({argv} 2>&1); rc=$?; "
@@ -157,9 +272,10 @@ def evaluate(
     profile: Profile,
     port_rate: float,
     wall_s: float | None = None,
+    link_layer: str | None = None,
 ) -> CheckResult:
-    """One ``ib_write_bw`` / ``ib_write_lat`` result for a rail test."""
-    thr = threshold_for(profile, name, port_rate=port_rate)
+    """One ``ib_write_bw`` / ``ib_write_lat`` result for a rail test (``link_layer`` of the rail)."""
+    thr = rail_threshold(profile, name, port_rate, link_layer)
     base = dict(
         category="pairs",
         check=name,
@@ -178,6 +294,7 @@ def evaluate(
         "server_rc": server.get("rc"),
         "basis": thr.basis,
         "wall_s": wall_s,
+        "link_layer": link_layer or profile.hca.link_layer,
     }
     label = test.label
     if client.get("rc") != 0:
@@ -206,7 +323,13 @@ def evaluate(
     cause = None
     if not ok:
         cause = f"below {thr.basis}" if name.endswith("_bw") else f"above {thr.basis}"
-        cause += ": a degraded port or link on the path, congestion, or a lossy RoCE path"
+        if details["link_layer"] == "Ethernet":
+            cause += (
+                ": a lossy RoCE path (PFC, trust or DSCP map differing on a host or switch port), "
+                "a degraded link, or congestion"
+            )
+        else:
+            cause += ": a degraded port or link on the path, or congestion"
     return CheckResult(
         status=PASS if ok else FAIL, message=msg, measured=measured, cause=cause, details=details, **base
     )
@@ -296,6 +419,7 @@ class PairRun:
     rerun_wall_s: float = 0.0
     wall_s: float = 0.0
     reruns: int = 0
+    rails: list[Rail] = field(default_factory=list)
 
 
 def run_test(
@@ -306,15 +430,28 @@ def run_test(
     port_rate: float,
     opts: Mapping[str, Any],
     tests: Sequence[str] = TESTS,
+    rail: Rail | None = None,
 ) -> list[CheckResult]:
-    """Run each perftest of one rail test (server on the peer first, then the client)."""
+    """Run each perftest of one rail test (server on the peer first, then the client).
+
+    With ``rail``, its addresses, rate, link layer and RoCE options (GID index per side, ToS) are used."""
     out = []
     tcp = int(opts["base_port"]) + test.rail
+    server_addr = (rail.addresses if rail is not None else addresses)[test.host_b]
+    rate = rail.rate_gbps if rail is not None else port_rate
+    layer = rail.link_layer if rail is not None else None
+    x_a: list[str] = []
+    x_b: list[str] = []
+    if rail is not None and rail.roce:
+        x_a = roce_args(rail.gid_index.get(test.host_a), rail.tos)
+        x_b = roce_args(rail.gid_index.get(test.host_b), rail.tos)
     for name in tests:
         server_res: dict[str, Any] = {}
 
         def serve(name: str = name, box: dict[str, Any] = server_res) -> None:
-            box.update(run(test.host_b, server_command(name, test.dev_b, tcp, opts), opts["timeout_s"] + 10))
+            box.update(
+                run(test.host_b, server_command(name, test.dev_b, tcp, opts, x_b), opts["timeout_s"] + 10)
+            )
 
         t0 = time.monotonic()
         th = threading.Thread(target=serve, daemon=True)
@@ -323,7 +460,7 @@ def run_test(
         client = dict(
             run(
                 test.host_a,
-                client_command(name, test.dev_a, tcp, addresses[test.host_b], opts),
+                client_command(name, test.dev_a, tcp, server_addr, opts, x_a),
                 opts["timeout_s"] + 30,
             )
         )
@@ -332,14 +469,25 @@ def run_test(
         th.join(opts["timeout_s"] + 15)
         if th.is_alive():
             server_res = {"rc": None, "stdout": "", "stderr": "server did not return"}
-        out.append(evaluate(test, name, client, server_res, profile, port_rate, time.monotonic() - t0))
+        res = evaluate(test, name, client, server_res, profile, rate, time.monotonic() - t0, layer)
+        if rail is not None:
+            res.details["rail_name"] = rail.name
+            if rail.switch:
+                res.details["switch"] = rail.switch
+            if rail.roce:
+                res.details["roce"] = {
+                    "server_address": server_addr,
+                    "gid_index": {h: rail.gid_index.get(h) for h in (test.host_a, test.host_b)},
+                    "tclass": rail.tos,
+                }
+        out.append(res)
     return out
 
 
 def run_pairs(
     run: RunFn,
     hosts: Sequence[str],
-    rails: Mapping[str, Sequence[str]],
+    rails: Mapping[str, Sequence[str]] | Sequence[Rail],
     addresses: Mapping[str, str],
     profile: Profile,
     port_rate: float,
@@ -350,10 +498,17 @@ def run_pairs(
     rerun: bool = True,
     tests: Sequence[str] = TESTS,
 ) -> PairRun:
-    """All rounds in parallel (or one test at a time with ``serial``), then failed tests alone."""
+    """All rounds in parallel (or one test at a time with ``serial``), then failed tests alone.
+
+    ``rails``: :class:`Rail` s (each with its own addresses, rate and link layer), or the older
+    mapping host -> compute ports in rail order (``addresses``, ``port_rate`` and the profile's link
+    layer then apply to every rail)."""
     say = progress or (lambda _m: None)
+    if isinstance(rails, Mapping):
+        rails = rails_from_mapping(rails, addresses, profile.hca.link_layer, port_rate)
+    by_index = {r.index: r for r in rails}
     rounds = plan(hosts, rails)
-    pr = PairRun(rounds=len(rounds))
+    pr = PairRun(rounds=len(rounds), rails=list(rails))
     t_start = time.monotonic()
     by_test: dict[RailTest, list[CheckResult]] = {}
     for i, rnd in enumerate(rounds, 1):
@@ -361,11 +516,14 @@ def run_pairs(
         say(f"pairs round {i}/{len(rounds)}: " + ", ".join(sorted({t.pair for t in rnd})))
         if serial:
             for t in rnd:
-                by_test[t] = run_test(run, t, addresses, profile, port_rate, opts, tests)
+                by_test[t] = run_test(run, t, addresses, profile, port_rate, opts, tests, by_index[t.rail])
         else:
             with ThreadPoolExecutor(max_workers=max(1, len(rnd))) as pool:
                 futs = {
-                    t: pool.submit(run_test, run, t, addresses, profile, port_rate, opts, tests) for t in rnd
+                    t: pool.submit(
+                        run_test, run, t, addresses, profile, port_rate, opts, tests, by_index[t.rail]
+                    )
+                    for t in rnd
                 }
                 for t, f in futs.items():
                     by_test[t] = f.result()
@@ -382,7 +540,7 @@ def run_pairs(
                 continue
             say(f"re-running alone: {t.label}")
             pr.reruns += 1
-            again = run_test(run, t, addresses, profile, port_rate, opts, tests)
+            again = run_test(run, t, addresses, profile, port_rate, opts, tests, by_index[t.rail])
             for old, new in zip(res, again, strict=True):
                 new.details["first_attempt"] = {
                     "status": old.status,

@@ -4,7 +4,7 @@ JSON (``schema: fabricops.verify/1``)::
 
     {"schema", "ok", "profile", "only", "hosts": [..], "wall_s",
      "summary": {"total", "passed", "failed", "errors", "skipped"},
-     "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns"} | null,
+     "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns", "rails"} | null,
      "blamed": [{"host", "rail", "peers"}],
      "results": [CheckResult.to_data()...]}
 """
@@ -51,6 +51,19 @@ def to_data(run: Any) -> dict[str, Any]:
             "rerun_wall_s": round(pr.rerun_wall_s, 3),
             "wall_s": round(pr.wall_s, 3),
             "reruns": pr.reruns,
+            "rails": [
+                {
+                    "index": r.index,
+                    "name": r.name,
+                    "link_layer": r.link_layer,
+                    "switch": r.switch,
+                    "rate_gbps": r.rate_gbps,
+                    "rate_source": r.rate_source,
+                    "hosts": sorted(r.devices),
+                    "tclass": r.tos,
+                }
+                for r in pr.rails
+            ],
         },
         "blamed": [
             {"host": h, "rail": rail, "peers": peers}

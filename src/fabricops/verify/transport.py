@@ -59,6 +59,19 @@ class Fabric:
     def hostvars(self, host: str) -> dict[str, Any]:
         return dict(self.runner.get_variables(host))
 
+    def inventory_vars(self, name: str) -> dict[str, Any]:
+        """Variables of any inventory host (a switch too); {} when it is not in the inventory."""
+        try:
+            return dict(self.runner.get_variables(name))
+        except Exception:
+            return {}
+
+    def switch_reader(self, roce: Any) -> Any:
+        """Read-only switch port reader for the likely cause of degraded RoCE pairs."""
+        from fabricops.verify.switchstate import SwitchReader
+
+        return SwitchReader(self.inventory_vars, roce)
+
     def switch_link_layers(self) -> dict[str, str]:
         """Switch name -> the link layer its cables carry (from the inventory groups)."""
         out: dict[str, str] = {}

@@ -37,6 +37,9 @@ def test_healthy_host_passes_every_hardware_check(emu, hostvars, collect):
         "nvlink",
         "gpu_topology",
         "nic_gpu_affinity",
+        "subnet_manager",
+        "fabric_manager",
+        "gpudirect",
     }
     ports = {r.device: r for r in _by(res, "hca_port")}
     assert set(ports) == {"mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"}
@@ -231,11 +234,15 @@ def test_nccl_profile_consistency(emu, hostvars, collect):
 
 
 def test_not_planned_checks_are_skipped_not_passed(emu, hostvars, collect):
-    hv = dict(hostvars)
+    hv = dict(hostvars, fabricops_site_gpudirect="false")
     del hv["fabricops_roce"]
+    del hv["subnet_manager_mode"]
     exp = _expect(hv)
+    assert not {"sminfo", "lsmod"} & set(hostchecks.commands(exp))
     res = hostchecks.evaluate(exp, collect(exp))
-    assert {r.check for r in res if r.status == SKIP} == {"roce_qos", "nccl_profile", "ipoib"}
+    assert {r.check for r in res if r.status == SKIP} == {
+        "roce_qos", "nccl_profile", "ipoib", "subnet_manager", "gpudirect"}
+    assert "no subnet_manager_mode in the inventory" in _by(res, "subnet_manager")[0].message
 
 
 def test_real_ibstat_capture_down_port_is_flagged():
@@ -262,3 +269,119 @@ def test_missing_profile_is_refused():
 
     with pytest.raises(ProfileError, match="fabricops_hardware_profile"):
         host_expect("h1", {})
+
+
+# --- fabric services: subnet manager, fabric manager, GPUDirect RDMA ---------------------------
+
+
+def test_switch_run_sm_passes_as_master(emu, hostvars, collect):
+    exp = _expect(hostvars, skip=["roce_qos"])
+    assert hostchecks.commands(exp)["sminfo"] == "sminfo"
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "subnet_manager")[0]
+    assert r.status == PASS and r.measured["state"] == "SMINFO_MASTER" and r.measured["lid"] == 1
+    assert r.measured["priority"] == 15 and "(SM on the switch)" in r.message
+
+
+def test_no_sm_fails_subnet_manager_and_ports_stay_init(emu, hostvars, collect):
+    emu.hw["subnet_manager"] = "hosts"  # OpenSM planned on hosts, none running
+    emu.sync()
+    hv = dict(hostvars, subnet_manager_mode="hosts", subnet_manager_hosts={"gpu01": 15, "gpu02": 14})
+    exp = _expect(hv, skip=["roce_qos"])
+    res = hostchecks.evaluate(exp, collect(exp))
+    sm = _by(res, "subnet_manager")[0]
+    assert sm.status == FAIL and "no subnet manager answers" in sm.message
+    assert sm.cause.startswith("no subnet manager answers on the subnet")
+    ports = {r.device: r for r in _by(res, "hca_port")}
+    assert ports["mlx5_0/1"].status == FAIL and "state Initializing" in ports["mlx5_0/1"].message
+    assert ports["mlx5_0/1"].cause.startswith("port is up but not activated")
+    assert ports["mlx5_2/1"].status == PASS  # RoCE ports have no SM
+
+
+def test_sm_of_another_priority_than_the_plan_fails(hostvars):
+    hv = dict(hostvars, subnet_manager_mode="hosts", subnet_manager_hosts={"gpu01": 15, "gpu02": 14})
+    exp = _expect(hv)
+    # a real capture: the master SM of an Oracle BDA rack, priority 14
+    raw = {"sminfo": {"rc": 0, "stdout": read_fixture("sminfo", "oracle-bda-switch-sm.txt")}}
+    r = _by(hostchecks.evaluate(exp, raw, only="hosts"), "subnet_manager")[0]
+    assert r.status == FAIL and "master priority 14, the plan's master has 15" in r.message
+    assert r.measured == {"state": "SMINFO_MASTER", "priority": 14, "lid": 15, "guid": "0x0010e0406d5aa0a0"}
+    assert "another SM than the planned master" in r.cause
+    # switch mode takes any master; a standby answering is not enough
+    exp = _expect(hostvars)
+    assert _by(hostchecks.evaluate(exp, raw, only="hosts"), "subnet_manager")[0].status == PASS
+    standby = ("sminfo: sm lid 3 sm guid 0xb83fd20300a00100, activity count 12 priority 14 state 2 "
+               "SMINFO_STANDBY\n")
+    raw = {"sminfo": {"rc": 0, "stdout": standby}}
+    r = _by(hostchecks.evaluate(exp, raw, only="hosts"), "subnet_manager")[0]
+    assert r.status == FAIL and "state 2 SMINFO_STANDBY, not SMINFO_MASTER" in r.message
+    # sminfo not installed: an error, never a pass
+    missing = {"sminfo": {"rc": 127, "stdout": "", "stderr": "sh: 1: sminfo: not found"}}
+    r = _by(hostchecks.evaluate(exp, missing, only="hosts"), "subnet_manager")[0]
+    assert r.status == ERROR and "sminfo: not found" in r.message
+
+
+def test_fabric_manager_state_from_nvidia_smi_q(emu, hostvars, collect):
+    exp = _expect(hostvars, skip=["roce_qos"])
+    assert hostchecks.commands(exp)["nvidia_q"] == "nvidia-smi -q"
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "fabric_manager")[0]
+    assert r.status == PASS
+    assert "8 GPUs Fabric State Completed, Status Success (driver 550.54.15)" in r.message
+    # the host requires a fabric manager and none runs: every GPU Not Started
+    emu.hw["fabric_manager"] = {"required": True}
+    emu.sync()
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "fabric_manager")[0]
+    assert r.status == FAIL and r.measured == 8
+    assert "GPU 00000000:18:00.0: Fabric State Not Started, Status N/A" in r.message
+    assert r.message.endswith("(+4 more)")
+    assert "nvidia-fabricmanager is not running" in r.cause
+    # a fabric manager at the driver's version runs: Completed again
+    state = emu.root / "run/emulated-hw/fabricmanager.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text('{"pid": 0, "version": "550.54.15"}')
+    assert _by(hostchecks.evaluate(exp, collect(exp)), "fabric_manager")[0].status == PASS
+    # the driver moved on (fault driver-version): the running fabric manager no longer matches
+    emu.hw["driver_version"] = "550.90.07"
+    emu.sync()
+    assert _by(hostchecks.evaluate(exp, collect(exp)), "fabric_manager")[0].status == FAIL
+
+
+def test_fabric_manager_skipped_without_nvswitch(hostvars):
+    exp = host_expect("h1", dict(hostvars, fabricops_hardware_profile="edr-100"))
+    assert "nvidia_q" not in hostchecks.commands(exp)
+    r = _by(hostchecks.evaluate(exp, {}, only="gpus"), "fabric_manager")[0]
+    assert r.status == SKIP and "not an NVSwitch system (profile GPU topology direct)" in r.message
+    # real captures on an NVSwitch profile: an A100 (driver 525) prints no fabric state -> skipped with
+    # the reason; an H100 SXM (driver 560) reports Completed / Success -> pass
+    exp = _expect(hostvars)
+    a100 = {"nvidia_q": {"rc": 0, "stdout": read_fixture("nvidia-smi-q", "a100_sxm4_80gb_q_i0_525.txt")}}
+    r = _by(hostchecks.evaluate(exp, a100, only="gpus"), "fabric_manager")[0]
+    assert r.status == SKIP and "reports no GPU fabric state (1 GPUs; only Hopper" in r.message
+    h100 = {"nvidia_q": {"rc": 0, "stdout": read_fixture("nvidia-smi-q", "h100_80gb_hbm3_a_560.txt")}}
+    r = _by(hostchecks.evaluate(exp, h100, only="gpus"), "fabric_manager")[0]
+    assert r.status == PASS and "Completed, Status Success (driver 560.35.03)" in r.message
+
+
+def test_gpudirect_needs_nvidia_peermem_loaded(emu, hostvars, collect):
+    exp = _expect(hostvars, skip=["roce_qos"])
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "gpudirect")[0]
+    assert r.status == PASS and r.device == "nvidia_peermem" and "loaded (GPUDirect RDMA usable)" in r.message
+    # openibd stop unloads the RDMA stack and nvidia_peermem with it; start does not bring it back
+    assert emu.run("gpu03", "openibd stop")["rc"] == 0
+    assert emu.run("gpu03", "openibd start")["rc"] == 0
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "gpudirect")[0]
+    assert r.status == FAIL and r.measured is False and "nvidia_peermem is not loaded" in r.message
+    assert "run the gpudirect role" in r.cause
+    assert emu.run("gpu03", "modprobe nvidia_peermem")["rc"] == 0
+    assert _by(hostchecks.evaluate(exp, collect(exp)), "gpudirect")[0].status == PASS
+
+
+def test_gpudirect_fails_closed_and_skips_where_not_applicable(hostvars):
+    exp = _expect(hostvars)
+    headless = {"lsmod": {"rc": 0, "stdout": "nvidia_peermem 16384 0\n"}}
+    for raw, text in (({}, "`lsmod` failed: not run"), (headless, "lsmod output unreadable")):
+        r = _by(hostchecks.evaluate(exp, raw, only="hosts"), "gpudirect")[0]
+        assert r.status == ERROR and text in r.message
+    no_ports = host_expect("h1", dict(hostvars, fabricops_cabling=[]))
+    assert "lsmod" not in hostchecks.commands(no_ports)
+    r = _by(hostchecks.evaluate(no_ports, {}, only="hosts"), "gpudirect")[0]
+    assert r.status == SKIP and "needs GPUs and RDMA HCAs on one host" in r.message

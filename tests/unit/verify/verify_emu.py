@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from fabricops.lab import hardware, topology
-from fabricops.lab.emul import hwctl, tools
+from fabricops.lab.emul import hwctl, services, tools
 
 
 class EmuHost:
+    """A converged host: with MLNX_OFED, nvidia_peermem is loaded (as the gpudirect role leaves it)."""
+
     def __init__(self, root: Path, name: str = "gpu03", ofed: str | None = "24.10-1.1.4.0"):
         self.root = root
         topo = topology.load()
@@ -36,6 +38,8 @@ class EmuHost:
                 (root / f"sys/devices/virtual/net/{nd}").mkdir(parents=True)
                 os.symlink(f"../../devices/virtual/net/{nd}", root / f"sys/class/net/{nd}")
         self.sync()
+        if ofed:
+            assert self.run(name, "modprobe nvidia_peermem")["rc"] == 0
 
     def sync(self) -> None:
         (self.root / "var/lib/emulated-hw/hardware.json").write_text(json.dumps(self.hw))
@@ -58,6 +62,11 @@ class EmuHost:
             if not p.exists():
                 return {"rc": 1, "stdout": "", "stderr": f"cat: {argv[1]}: No such file or directory"}
             return {"rc": 0, "stdout": p.read_text(), "stderr": ""}
+        if argv[0] in ("lsmod", "modprobe"):  # the lab's kernel-module front-ends (/usr/local/sbin)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = services.main(argv[0], argv[1:])
+            return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
         if argv[0] not in tools.TOOLS or (
             argv[0] != "nvidia-smi"
             and argv[0] != "ibstat"
@@ -121,6 +130,7 @@ def hostvars() -> dict:
         "fabricops_hardware_profile": "hgx-h100-ndr",
         "fabricops_ofed": {"default_version": "24.10-1.1.4.0"},
         "fabricops_cabling": CABLING,
+        "subnet_manager_mode": "switch",
         "fabricops_roce": {
             "lossless_priority": 3,
             "dscp": 26,

@@ -1,0 +1,183 @@
+"""Read-only: what a switch port on a RoCE path has against ``fabricops_roce`` (the likely cause of a
+degraded RoCE pair).
+
+The switch is read through the project's switch transport (``fabricops.switch.transport``: netmiko,
+show commands only: ``get_roce_data``) and its configured state gathered with
+``fabricops.switch.resource.gather``; the wanted state is ``fabricops.switch.model.want_facts`` of the
+same validated definition the roce_switch role applies. Nothing here configures a switch.
+
+:func:`port_problems` is pure (facts in, sentences out); :class:`SwitchReader` connects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fabricops.errors import FabricopsError
+
+#: (switch, ports) -> {port: [problem sentences]} (empty list: the port is as declared)
+ReadFn = Callable[[str, Sequence[str]], Mapping[str, list[str]]]
+PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"
+_LOADER_READY = False
+
+#: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not)
+PATH_KNOBS = {
+    "onyx": ("pfc", "pfc_priority", "port_pfc", "port_trust", "port_ecn"),
+    "cumulus": ("pfc_priority", "trust", "dscp_map", "sp_tc", "ecn_enable"),
+}
+
+
+def _describe(os_name: str, key: tuple, want: Any, have: Any, lp: int) -> str:
+    knob = key[0]
+    src = "fabricops_roce.lossless_priority"
+    if knob == "pfc":
+        return f"PFC disabled on the switch (no `dcb priority-flow-control enable`), priority {lp} lossy"
+    if knob == "pfc_priority":
+        if os_name == "onyx":
+            return f"PFC off on priority {key[1]} switch-wide ({src})"
+        return f"PFC off on priority {key[1]} ({src}; qos pfc default-global is {have or 'unset'})"
+    if knob == "port_pfc":
+        return f"PFC off on priority {lp} ({src})"
+    if knob in ("port_trust", "trust"):
+        return f"trust {have or 'not set'}, want {want} (fabricops_roce.trust)"
+    if knob == "port_ecn":
+        if have is None:
+            return f"no ECN on traffic class {key[2]} (fabricops_roce.ecn)"
+        return f"ECN on traffic class {key[2]} at {have[0]}-{have[1]} KB, want {want[0]}-{want[1]} KB"
+    if knob == "ecn_enable":
+        return f"no ECN on traffic class {key[1]} (fabricops_roce.ecn)"
+    if knob == "dscp_map":
+        return f"DSCP {key[1]} maps to priority {have if have is not None else 'none'}, want {want}"
+    if knob == "sp_tc":
+        return f"switch priority {key[1]} goes to traffic class {have}, want {want}"
+    return f"{knob} {have}, want {want}"
+
+
+def port_problems(
+    os_name: str, have: Mapping[tuple, Any], roce: Mapping[str, Any] | None, port: str
+) -> list[str]:
+    """What ``port`` (configured facts ``have``) lacks for the lossless class of ``roce``.
+
+    Empty when the port holds every PFC / trust / ECN / DSCP-map fact the roce_switch role would set.
+    Raises :class:`FabricopsError` when ``roce`` does not validate."""
+    from fabricops.switch.model import normalize_os, switch_spec, want_facts
+
+    os_name = normalize_os(os_name)
+    spec = switch_spec(os_name, roce, [port])
+    want = want_facts(spec)
+    lp = spec.roce.lossless_priority
+    out = []
+    for key, value in want.items():
+        if key[0] not in PATH_KNOBS[os_name]:
+            continue
+        got = have.get(key)
+        if got != value:
+            out.append(_describe(os_name, key, value, got, lp))
+    return out
+
+
+def nvue_pfc_priorities(qos_json: str) -> set[int]:
+    """PFC switch priorities of ``nv show qos -o json`` in every shape NVUE prints them: a set of keys
+    (``{"3": {}}``), a list, or a plain value / comma list (``"3"``, ``"3,4"``; what the lab's NVUE
+    prints). ``fabricops.switch.knobs`` reads only the first shape."""
+    import json
+
+    try:
+        node = json.loads(qos_json or "{}")
+    except ValueError:
+        return set()
+    for part in ("pfc", "default-global", "switch-priority"):
+        node = node.get(part) if isinstance(node, dict) else None
+    if node is None:
+        return set()
+    items = node if isinstance(node, list | dict) else str(node).split(",")
+    return {int(str(i).strip()) for i in items if str(i).strip().isdigit()}
+
+
+def _render(value: Any, variables: Mapping[str, Any]) -> Any:
+    """Resolve an inventory template (``{{ lookup('file', ...) }}``) as Ansible would."""
+    if not isinstance(value, str) or "{{" not in value:
+        return value
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.template import Templar
+
+    global _LOADER_READY
+    if not _LOADER_READY:
+        init_plugin_loader()
+        _LOADER_READY = True
+    try:
+        from ansible.template import trust_as_template  # ansible-core >= 2.19
+
+        value = trust_as_template(value)
+    except ImportError:  # pragma: no cover - older ansible-core renders plain strings
+        pass
+    return Templar(loader=DataLoader(), variables=dict(variables)).template(value)
+
+
+class SwitchReader:
+    """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
+
+    ``hostvars(name)`` gives a switch's inventory variables (``ansible_host``, ``ansible_port``,
+    ``ansible_user``, ``ansible_password`` / ``roce_switch_password`` or $FABRICOPS_SWITCH_PASSWORD,
+    ``fabricops_switch_os`` / ``ansible_network_os``, known_hosts as the roce_switch role finds it)."""
+
+    def __init__(
+        self,
+        hostvars: Callable[[str], Mapping[str, Any]],
+        roce: Mapping[str, Any] | None,
+        connector: Callable[..., Any] | None = None,
+    ):
+        self.hostvars = hostvars
+        self.roce = roce
+        self.connector = connector
+
+    def __call__(self, switch: str, ports: Sequence[str]) -> dict[str, list[str]]:
+        from fabricops.switch import transport
+        from fabricops.switch.model import normalize_os, normalize_ports
+        from fabricops.switch.resource import gather
+
+        hv = dict(self.hostvars(switch) or {})
+        if not hv:
+            raise FabricopsError(f"{switch} is not in the inventory")
+        if hv.get("fabricops_switch_reachable") is False:
+            raise FabricopsError(f"{switch} is marked unreachable (fabricops_switch_reachable: false)")
+        os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
+        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
+        if self.connector is not None:
+            conn = self.connector(switch, os_name, hv)
+        else:
+            user = _render(hv.get("ansible_user"), hv)
+            password = _render(hv.get("roce_switch_password") or hv.get("ansible_password"), hv)
+            password = password or os.environ.get(PASSWORD_ENV)
+            if not user or not password:
+                raise FabricopsError(f"{switch}: no credentials (ansible_user / ansible_password)")
+            known = (
+                hv.get("roce_switch_known_hosts")
+                or hv.get("fabricops_known_hosts")
+                or hv.get("fabricops_ssh_known_hosts")
+                or transport.known_hosts_from_ssh_args(hv.get("ansible_ssh_common_args"))
+                or os.path.expanduser("~/.ssh/known_hosts")
+            )
+            conn = transport.connect(
+                os_name,
+                str(_render(hv.get("ansible_host") or switch, hv)),
+                str(user),
+                str(password),
+                port=int(hv.get("ansible_port") or 22),
+                known_hosts=os.path.expanduser(str(_render(known, hv))),
+            )
+        try:
+            data = transport.get_roce_data(conn, os_name, sorted(set(names.values())))
+        finally:
+            with contextlib.suppress(Exception):  # a dead session may fail to close
+                conn.disconnect()
+        facts, _oper = gather(os_name, data, sorted(set(names.values())))
+        if os_name == "cumulus":
+            facts = dict(facts)
+            for sp in nvue_pfc_priorities(data.get("qos", "")):
+                facts.setdefault(("pfc_priority", sp), True)
+        return {p: port_problems(os_name, facts, self.roce, n) for p, n in names.items()}
