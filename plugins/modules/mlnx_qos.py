@@ -37,7 +37,7 @@ options:
     type: list
     elements: int
   dscp2prio:
-    description: DSCP to priority entries to hold (C({26: 3, 48: 6})); other DSCP values are untouched.
+    description: "DSCP to priority entries to hold (C({26: 3, 48: 6})); other DSCP values are untouched."
     type: dict
   cable_len:
     description: Cable length in metres (sizes the PFC headroom buffer).
