@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops import diagnose as d
 from fabricops.cli import main

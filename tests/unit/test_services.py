@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops import services as svc
 from fabricops.errors import ParseError

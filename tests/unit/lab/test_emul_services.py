@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops import services as svc
 from fabricops.lab.emul import hwctl

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.monitor import collector as c
 

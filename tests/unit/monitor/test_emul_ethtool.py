@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read_fixture
+from captures import read_fixture
 
 from fabricops.lab.emul import ethtool
 from fabricops.monitor.collector import parse_ethtool_stats
