@@ -52,7 +52,26 @@ def fault(*args):
 
 
 @pytest.fixture(scope="module")
-def ofed(lab, ssh):
+def converged(lab, ansible_playbook):
+    """The whole job first: verification judges a rack that site.yml converged (hosts + switches).
+
+    Consent for the new rack's disruptive steps (openibd restart, IPoIB bring-up) on the first
+    run; the second run must change nothing anywhere (issue 7: changed=0 on every host and switch).
+    """
+    first = ansible_playbook(
+        "site.yml", "--skip-tags", "verify",
+        "-e", "mlnx_ofed_allow_restart=true", "-e", "ipoib_allow_restart=true", timeout=1800,
+    )
+    assert first.rc == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    again = ansible_playbook("site.yml", "--skip-tags", "verify", timeout=1800)
+    assert again.rc == 0, again.stdout[-4000:]
+    changed = {h: s["changed"] for h, s in again.hosts.items() if s["changed"]}
+    assert changed == {}, again.stdout[-4000:]
+    assert {"gpu01", "gpu02", "gpu03", "gpu04", "leaf-onyx", "leaf-cumulus"} <= set(again.hosts)
+
+
+@pytest.fixture(scope="module")
+def ofed(lab, ssh, converged):
     info = json.loads(Path("/var/lib/fabricops-lab/lab.json").read_text())["ofed"]
     ver = info["default_version"]
     v = info["versions"][ver]
