@@ -17,7 +17,7 @@ fi
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
-export ANSIBLE_CALLBACK_RESULT_FORMAT=yaml   # readable multi-line output (the verification summary)
+export ANSIBLE_CALLBACK_RESULT_FORMAT=json   # one JSON string per summary line (yaml would wrap them)
 
 echo "== fabricops lab up"
 fabricops lab up

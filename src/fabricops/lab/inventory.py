@@ -131,6 +131,10 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
     if ofed_facts:
         # lab.json stores keys sorted: sort here too, so a rewrite from lab.json is byte-identical
         data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
+        if ofed_facts.get("distro"):
+            # NVIDIA builds MLNX_OFED for a point release (debian12.1); the hosts run a newer 12.x.
+            # A real rack's inventory makes this choice deliberately, and so does the lab's.
+            data["mlnx_ofed_distro"] = ofed_facts["distro"]
     return data
 
 
