@@ -107,7 +107,6 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
     topo = lab["topology"]
     data: dict[str, Any] = {
         "fabricops_hardware_profile": topo.get("hardware_profile", "hgx-h100-ndr"),
-        "fabricops_roce": dict(ROCE),
         "fabricops_cabling": [{k: c[k] for k in CABLE_ORDER} for c in topo["cabling"]],
     }
     roce_netdevs = {}
@@ -122,7 +121,10 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
                             "address": f"{p['address']}/{p['prefix']}",
                         }
                     )
-    data["fabricops_roce_addresses"] = roce_netdevs
+    if roce_netdevs:
+        # RoCE lossless only where the rack has RoCE ports: an InfiniBand-only rack plans none.
+        data["fabricops_roce"] = dict(ROCE)
+        data["fabricops_roce_addresses"] = roce_netdevs
     data.update(host_plan_vars(topo))
     data.update(subnet_manager_vars(topo))
     if lab.get("fabric_manager"):

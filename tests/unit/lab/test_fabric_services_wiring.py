@@ -185,3 +185,19 @@ def test_fabric_manager_role_default_reads_the_lab_repo_url():
     path = Path(__file__).parents[3] / "roles/nvidia_fabric_manager/defaults/main.yml"
     default = yaml.safe_load(path.read_text())["nvidia_fabric_manager_repo_url"]
     assert default == "{{ fabricops_fabric_manager.repo_url | default('') }}"
+
+
+def test_inventory_plans_each_fabric_only_where_the_rack_has_it(tmp_path):
+    """The default rack (IB + RoCE) gets both plans; an InfiniBand-only slice (what `fabricops plan`
+    writes for an NDR cluster) gets no RoCE definition, so site.yml skips roce_host there."""
+    data = inventory.all_yml({"topology": topology.load()}, {"distro": "debian12.1", "versions": {}})
+    assert data["fabricops_roce"]["lossless_priority"] == 3 and data["fabricops_roce_addresses"]
+    assert data["nccl_profile_name"] == "ib" and set(data["ipoib_plan"]["networks"]) == {"ibp26s0", "ibp60s0"}
+    assert data["mlnx_ofed_distro"] == "debian12.1"
+    from fabricops.cli import main as fabricops
+
+    assert fabricops(["plan", "--gpus", "32", "--write-inventory", str(tmp_path)]) == 0
+    slice_topo = topology.load(tmp_path / "lab-topology.yml")
+    data = inventory.all_yml({"topology": slice_topo}, None)
+    assert "fabricops_roce" not in data and "fabricops_roce_addresses" not in data
+    assert data["nccl_profile_name"] == "ib"
