@@ -71,7 +71,8 @@ options:
   buffer_pool:
     description:
       - NVUE lossless buffer pool layout (C(qos roce mode)) - C(lossless) or C(lossless-single-ipool).
-        C(default) is C(lossless) on Cumulus and unmanaged on Onyx (Onyx C(traffic pool) buffers are not managed yet).
+        C(default) is C(lossless) on Cumulus and unmanaged on Onyx
+        (Onyx C(traffic pool) buffers are not managed yet).
     type: str
     default: default
   save:
