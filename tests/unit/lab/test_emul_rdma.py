@@ -6,65 +6,27 @@ structure of a real capture in tests/fixtures/.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from captures import read_fixture
+from emul_host import _hw, host_tree, write_hw
 
 from fabricops.errors import ParseError
 from fabricops.lab.emul import devstate, hwctl, tools
 from fabricops.parsers import parse
 
 
-def _hw() -> dict:
-    return {
-        "host": "gpu01", "kernel": "6.1.0-18-amd64",
-        "hcas": [
-            {"name": "mlx5_0", "hca_type": "MT4129", "vendor_id": "0x02c9", "vendor_part_id": 4129,
-             "fw_ver": "28.39.1002", "board_id": "MT_0000000838", "psid": "MT_0000000838",
-             "node_guid": "b83f:d203:00a1:b2c0", "sys_image_guid": "b83f:d203:00a1:b2c0",
-             "pci": "0000:41:00.0", "numa_node": 0, "node_desc": "gpu01 mlx5_0",
-             "ports": [{"port": 1, "link_layer": "InfiniBand", "netdev": "ibp65s0", "speed": "NDR",
-                        "width": "4X", "rate_gbps": 400, "state": "ACTIVE", "phys_state": "LinkUp",
-                        "lid": 5, "sm_lid": 1, "port_guid": "b83f:d203:00a1:b2c0", "active_mtu": 4096,
-                        "max_mtu": 4096, "mac": None, "link_flaps": 0, "symbol_errors": 0}]},
-            {"name": "mlx5_2", "hca_type": "MT4129", "vendor_id": "0x02c9", "vendor_part_id": 4129,
-             "fw_ver": "28.39.1002", "board_id": "MT_0000000838", "psid": "MT_0000000838",
-             "node_guid": "a088:c203:00ad:eab8", "sys_image_guid": "a088:c203:00ad:eab8",
-             "pci": "0000:29:00.0", "numa_node": 0, "node_desc": "gpu01 mlx5_2",
-             "ports": [{"port": 1, "link_layer": "Ethernet", "netdev": "enp41s0f0np0", "speed": "400GbE",
-                        "width": "4X", "rate_gbps": 400, "state": "ACTIVE", "phys_state": "LinkUp",
-                        "lid": 0, "sm_lid": 0, "port_guid": None, "active_mtu": 4096, "max_mtu": 4096,
-                        "mac": "a0:88:c2:ad:ea:b8", "link_flaps": 0, "symbol_errors": 0}]},
-        ],
-    }
-
-
 @pytest.fixture
 def root(tmp_path, monkeypatch):
     monkeypatch.setenv("EMUL_ROOT", str(tmp_path))
-    (tmp_path / "var/lib/emulated-hw").mkdir(parents=True)
-    write_hw(tmp_path, _hw())
-    addr = tmp_path / "var/lib/emulated-fabric/hosts/gpu01"
-    addr.mkdir(parents=True)
-    (addr / "addresses.json").write_text(json.dumps({"enp41s0f0np0": ["10.0.0.1/24"]}))
+    host_tree(tmp_path)
     rel = tmp_path / "usr/share/emulated-ofed"
     rel.mkdir(parents=True)
     (rel / "release").write_text("MLNX_OFED_LINUX-23.10-1.1.9.0\n")
-    (tmp_path / "sys/class/net").mkdir(parents=True)
-    for nd in ("ibp65s0", "enp41s0f0np0"):
-        (tmp_path / f"sys/devices/virtual/net/{nd}").mkdir(parents=True)
-        os.symlink(f"../../devices/virtual/net/{nd}", tmp_path / f"sys/class/net/{nd}")
     hwctl.sync()
     return tmp_path
-
-
-def write_hw(root: Path, hw: dict) -> None:
-    (root / "var/lib/emulated-hw/hardware.json").write_text(json.dumps(hw))
 
 
 @pytest.fixture
