@@ -147,3 +147,22 @@ def test_gpudirect_loads_and_persists_peermem(gpu02, ansible_playbook, ssh):
     assert ssh(HOST, "systemctl is-enabled nvidia-peermem").stdout.strip() == "enabled"
     assert ansible_playbook("playbooks/gpudirect.yml", "--limit", HOST).hosts[HOST]["changed"] == 0
     assert ansible_playbook("playbooks/gpudirect.yml", "--limit", HOST, "--check").hosts[HOST]["changed"] == 0
+
+
+def test_nccl_only_run_asks_the_host_whether_gpudirect_is_still_usable(gpu02, ansible_playbook, ssh):
+    """The gpudirect role's verdict must not outlive the module: a later NCCL-only check run on a
+    host whose nvidia_peermem was unloaded reports that NCCL_NET_GDR_LEVEL would go."""
+    nccl = ("playbooks/nccl.yml", "--limit", HOST, "-e", "nccl_profile_name=ib")
+    assert ansible_playbook("playbooks/gpudirect.yml", "--limit", HOST).rc == 0
+    assert ansible_playbook(*nccl).rc == 0
+    assert "NCCL_NET_GDR_LEVEL=PHB" in ssh(HOST, "cat /etc/nccl.conf").stdout.splitlines()
+    try:
+        ssh(HOST, "modprobe -r nvidia_peermem")
+        check = ansible_playbook(*nccl, "--check", "--diff")
+        assert check.rc == 0, check.stdout[-2000:]
+        assert check.hosts[HOST]["changed"] >= 1
+        assert "-NCCL_NET_GDR_LEVEL=PHB" in check.stdout
+        assert "NCCL_NET_GDR_LEVEL=PHB" in ssh(HOST, "cat /etc/nccl.conf").stdout  # check changed nothing
+    finally:
+        assert ansible_playbook("playbooks/gpudirect.yml", "--limit", HOST).rc == 0
+        assert ansible_playbook(*nccl).rc == 0
