@@ -65,17 +65,21 @@ def reset(hosts: list[str]) -> None:
         subprocess.run([str(BIN / "fabricops"), "lab", "ssh", h, RESET], check=True, capture_output=True)
 
 
-def bench(limit: str, hosts: list[str], cfg: Path, label: str) -> list[str]:
+RUNS = {"converge": "converge", "rerun": "re-run (no change)", "drift": "drift (check mode)"}
+
+
+def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str]) -> list[str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ['PATH']}")
     play = [str(BIN / "ansible-playbook"), "site.yml", "--limit", limit, "--tags", "hosts",
             "-e", f"fabricops_serial={len(hosts)}", *EXTRA]
+    drift = [str(BIN / "fabricops"), "drift", "--limit", limit, *EXTRA]
     rows = []
-    reset(hosts)
-    for name, argv in (
-        ("converge", play),
-        ("re-run (no change)", play),
-        ("drift (check mode)", [str(BIN / "fabricops"), "drift", "--limit", limit, *EXTRA]),
-    ):
+    if "converge" in runs:
+        reset(hosts)
+    for key, argv in (("converge", play), ("rerun", play), ("drift", drift)):
+        if key not in runs:
+            continue
+        name = RUNS[key]
         secs, rc, tail = timed(argv, env)
         ok = rc == 0 or (name.startswith("drift") and rc in (0, 2))
         rows.append(f"{label:<22} {len(hosts):>5}  {name:<20} {secs:7.1f} s{'' if ok else f'  (exit {rc})'}")
@@ -89,6 +93,11 @@ def main() -> int:
     ap.add_argument("--limit", help="host pattern (default: every lab host)")
     ap.add_argument("--sizes", type=int, nargs="*", default=[4, 16, 32],
                     help="lab sizes to report (measured only when a lab of that size is up)")
+    ap.add_argument("--settings", nargs="*", choices=["repo", "stock"], default=["repo", "stock"],
+                    help="which ansible settings to time (default: both)")
+    ap.add_argument("--runs", nargs="*", choices=list(RUNS), default=list(RUNS),
+                    help="which runs to time (default: all; a re-run without a converge before it "
+                         "times a lab that is already converged)")
     args = ap.parse_args()
     up = lab_hosts()
     if not up:
@@ -96,11 +105,14 @@ def main() -> int:
         return 1
     stock = Path(tempfile.mkdtemp(prefix="fabricops-bench-")) / "stock.cfg"
     stock.write_text(STOCK_CFG.format(repo=REPO))
+    configs = [(cfg, label) for key, cfg, label in (("repo", REPO / "ansible.cfg", "repo ansible.cfg"),
+                                                     ("stock", stock, "stock settings"))
+               if key in args.settings]
     print(f"{'settings':<22} {'hosts':>5}  {'run':<20} {'time':>9}")
     if args.limit:
         hosts = [h for h in up if h in args.limit.split(",")] or up
-        for cfg, label in ((REPO / "ansible.cfg", "repo ansible.cfg"), (stock, "stock settings")):
-            print("\n".join(bench(args.limit, hosts, cfg, label)), flush=True)
+        for cfg, label in configs:
+            print("\n".join(bench(args.limit, hosts, cfg, label, args.runs)), flush=True)
         return 0
     for n in args.sizes:
         if n != len(up):
@@ -108,8 +120,8 @@ def main() -> int:
                   f"run `fabricops lab down && fabricops lab up --hosts {n}` (32 needs "
                   f"fs.inotify.max_user_instances=256) and run this again")
             continue
-        for cfg, label in ((REPO / "ansible.cfg", "repo ansible.cfg"), (stock, "stock settings")):
-            print("\n".join(bench("gpu_hosts", up, cfg, label)), flush=True)
+        for cfg, label in configs:
+            print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs)), flush=True)
     return 0
 
 
