@@ -13,9 +13,9 @@ Profiles:
   GID index read from the GID table and the traffic class of the fabric's lossless class.
 - ``socket``: TCP sockets only, ``NCCL_IB_DISABLE=1``.
 
-With ``gpudirect`` (the gpudirect role's fact ``gpudirect_rdma_usable``: ``nvidia_peermem`` is
-loaded), the ``ib`` and ``roce`` profiles also set ``NCCL_NET_GDR_LEVEL=PHB``: GPUDirect RDMA between
-a GPU and a NIC under the same PCIe host bridge (CPU socket), not across the inter-socket link.
+With ``gpudirect`` (the nccl_profile role: ``lsmod`` lists ``nvidia_peermem`` or ``nv_peer_mem``),
+the ``ib`` and ``roce`` profiles also set ``NCCL_NET_GDR_LEVEL=PHB``: GPUDirect RDMA between a GPU
+and a NIC under the same PCIe host bridge (CPU socket), not across the inter-socket link.
 """
 
 from __future__ import annotations

@@ -153,6 +153,10 @@ def test_nccl_only_run_asks_the_host_whether_gpudirect_is_still_usable(gpu02, an
     """The gpudirect role's verdict must not outlive the module: a later NCCL-only check run on a
     host whose nvidia_peermem was unloaded reports that NCCL_NET_GDR_LEVEL would go."""
     nccl = ("playbooks/nccl.yml", "--limit", HOST, "-e", "nccl_profile_name=ib")
+    # gpu02 runs its own SM here: start it (no change when an earlier test did), so its ports are
+    # Active and the profile has InfiniBand HCAs to list.
+    sm = ansible_playbook("playbooks/subnet_manager.yml", "--limit", HOST, "-e", f"@{_vars_file(SM_VARS)}")
+    assert sm.rc == 0, sm.stdout[-2000:]
     assert ansible_playbook("playbooks/gpudirect.yml", "--limit", HOST).rc == 0
     assert ansible_playbook(*nccl).rc == 0
     assert "NCCL_NET_GDR_LEVEL=PHB" in ssh(HOST, "cat /etc/nccl.conf").stdout.splitlines()
