@@ -51,7 +51,7 @@ def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect=Fals
         "overrides": _plain(overrides) or {},
         # -e key=value gives strings: "false" must not switch the benchmark settings on.
         "allow_benchmark": boolean(allow_benchmark, strict=True) if allow_benchmark is not None else False,
-        # the gpudirect role's gpudirect_rdma_usable (a bool fact, or "false" from -e)
+        # nccl_profile_gpudirect: a bool from the role's lsmod check, or "false" from -e
         "gpudirect": boolean(gpudirect, strict=True) if gpudirect is not None else False,
     }
 

@@ -242,7 +242,7 @@ def test_gpudirect_sets_gdr_level_phb_in_ib_transport_profiles_only(facts):
 
 
 def test_filter_passes_the_gpudirect_fact(facts):
-    """gpudirect_rdma_usable is a fact (bool) or, from -e, a string."""
+    """nccl_profile_gpudirect is a bool (the role's lsmod check) or, from -e, a string."""
     import importlib.util
     from pathlib import Path
 

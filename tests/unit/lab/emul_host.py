@@ -8,26 +8,28 @@ import os
 from pathlib import Path
 
 
+def _hca(name: str, guid: str, pci: str, port: dict) -> dict:
+    """A ConnectX-7 (MT4129) with one ACTIVE port; ``port`` gives what differs by link layer."""
+    return {"name": name, "hca_type": "MT4129", "vendor_id": "0x02c9", "vendor_part_id": 4129,
+            "fw_ver": "28.39.1002", "board_id": "MT_0000000838", "psid": "MT_0000000838",
+            "node_guid": guid, "sys_image_guid": guid, "pci": pci, "numa_node": 0,
+            "node_desc": f"gpu01 {name}",
+            "ports": [{"port": 1, "width": "4X", "rate_gbps": 400, "state": "ACTIVE",
+                       "phys_state": "LinkUp", "active_mtu": 4096, "max_mtu": 4096, "link_flaps": 0,
+                       "symbol_errors": 0, **port}]}
+
+
 def _hw() -> dict:
+    ib_guid, roce_guid = "b83f:d203:00a1:b2c0", "a088:c203:00ad:eab8"
     return {
         "host": "gpu01", "kernel": "6.1.0-18-amd64",
         "hcas": [
-            {"name": "mlx5_0", "hca_type": "MT4129", "vendor_id": "0x02c9", "vendor_part_id": 4129,
-             "fw_ver": "28.39.1002", "board_id": "MT_0000000838", "psid": "MT_0000000838",
-             "node_guid": "b83f:d203:00a1:b2c0", "sys_image_guid": "b83f:d203:00a1:b2c0",
-             "pci": "0000:41:00.0", "numa_node": 0, "node_desc": "gpu01 mlx5_0",
-             "ports": [{"port": 1, "link_layer": "InfiniBand", "netdev": "ibp65s0", "speed": "NDR",
-                        "width": "4X", "rate_gbps": 400, "state": "ACTIVE", "phys_state": "LinkUp",
-                        "lid": 5, "sm_lid": 1, "port_guid": "b83f:d203:00a1:b2c0", "active_mtu": 4096,
-                        "max_mtu": 4096, "mac": None, "link_flaps": 0, "symbol_errors": 0}]},
-            {"name": "mlx5_2", "hca_type": "MT4129", "vendor_id": "0x02c9", "vendor_part_id": 4129,
-             "fw_ver": "28.39.1002", "board_id": "MT_0000000838", "psid": "MT_0000000838",
-             "node_guid": "a088:c203:00ad:eab8", "sys_image_guid": "a088:c203:00ad:eab8",
-             "pci": "0000:29:00.0", "numa_node": 0, "node_desc": "gpu01 mlx5_2",
-             "ports": [{"port": 1, "link_layer": "Ethernet", "netdev": "enp41s0f0np0", "speed": "400GbE",
-                        "width": "4X", "rate_gbps": 400, "state": "ACTIVE", "phys_state": "LinkUp",
-                        "lid": 0, "sm_lid": 0, "port_guid": None, "active_mtu": 4096, "max_mtu": 4096,
-                        "mac": "a0:88:c2:ad:ea:b8", "link_flaps": 0, "symbol_errors": 0}]},
+            _hca("mlx5_0", ib_guid, "0000:41:00.0",
+                 {"link_layer": "InfiniBand", "netdev": "ibp65s0", "speed": "NDR", "lid": 5, "sm_lid": 1,
+                  "port_guid": ib_guid, "mac": None}),
+            _hca("mlx5_2", roce_guid, "0000:29:00.0",
+                 {"link_layer": "Ethernet", "netdev": "enp41s0f0np0", "speed": "400GbE", "lid": 0,
+                  "sm_lid": 0, "port_guid": None, "mac": "a0:88:c2:ad:ea:b8"}),
         ],
     }
 
