@@ -28,8 +28,6 @@ from fabricops.lab import paths
 log = logging.getLogger(__name__)
 
 RECIPE = paths.DATA_DIR / "image-recipe.yml"
-# Bump when the customisation below changes what ends up in the image.
-CUSTOMISE_VERSION = "1"
 
 SSHD_CONFIG = """\
 # fabricops lab: key-only root login, no DNS lookups (hosts have no resolver)
@@ -49,8 +47,13 @@ def load_recipe(path: Path = RECIPE) -> dict[str, Any]:
 
 
 def recipe_sha(path: Path = RECIPE) -> str:
+    """The image's cache key: the recipe and the code that builds and customises the image.
+
+    A hand-bumped version number hid changes to ``customise`` behind a warm cache; hashing this
+    module's own source makes any change to the build rebuild the image."""
     digest = hashlib.sha256(path.read_bytes())
-    digest.update(f"\ncustomise={CUSTOMISE_VERSION}".encode())
+    digest.update(b"\0")
+    digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -171,41 +174,104 @@ def _du(root: Path) -> int:
     return total
 
 
+def _in_root(root: Path, rel: str) -> Path:
+    """ROOT/REL with every symlink on the way resolved *inside* ROOT, as the booted host sees it.
+
+    ``Path.exists()``, ``write_text()`` and friends follow an absolute link such as
+    ``/lib/systemd/system/ssh.service`` on the *build machine*; an image build must never do that.
+    The result is a path under ROOT whose parents are real directories (the last component may be
+    a link, which callers replace, never follow)."""
+    root = Path(root)
+    parts = [p for p in Path(rel).parts if p not in ("/", "")]
+    current = root
+    hops = 0
+    while parts:
+        name = parts.pop(0)
+        if name == "..":
+            current = current.parent if current != root else root
+            continue
+        candidate = current / name
+        if parts and candidate.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise FabricopsError(f"symlink loop under {root} at {candidate}")
+            target = os.readlink(candidate)
+            parts = list(Path(target).parts) + parts
+            if target.startswith("/"):
+                current = root
+                parts = [p for p in parts if p != "/"]
+            continue
+        current = candidate
+    return current
+
+
+def _exists_in_root(root: Path, rel: str) -> bool:
+    """Whether REL exists in the image, following its links inside ROOT (never the build machine's)."""
+    path = _in_root(root, rel)
+    for _ in range(40):
+        if not path.is_symlink():
+            return path.exists()
+        target = os.readlink(path)
+        path = _in_root(root, target) if target.startswith("/") else _in_root(
+            root, str((path.parent / target).relative_to(root))
+        )
+    return False
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    """Write ROOT/REL, replacing a link there rather than writing through it."""
+    target = _in_root(root, rel)
+    if target.is_symlink():
+        target.unlink()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def _link(root: Path, rel: str, to: str) -> None:
+    """Make ROOT/REL a symlink to TO (an absolute path as the image sees it), replacing what is there."""
+    link = _in_root(root, rel)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(to)
+
+
 def customise(root: Path, recipe: dict[str, Any]) -> None:
-    """Make the debootstrapped tree a lab host image (host-specific files come at `up`)."""
-    etc = root / "etc"
+    """Make the debootstrapped tree a lab host image (host-specific files come at `up`).
+
+    Every path is resolved inside ROOT: nothing here reads or writes the build machine's files,
+    whatever links the packages left in the tree (issue: a dangling ``ssh.service`` link, judged by
+    the build machine's /lib, crashed the build on a machine without openssh-server)."""
+    root = Path(root)
     # No resolver on the lab networks: an empty resolv.conf fails lookups at once instead of
     # waiting for the build machine's nameservers (LAB-NOTES).
-    (etc / "resolv.conf").unlink(missing_ok=True)
-    (etc / "resolv.conf").write_text("# fabricops lab: no nameserver (names are in /etc/hosts)\n")
-    (etc / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    _write(root, "etc/resolv.conf", "# fabricops lab: no nameserver (names are in /etc/hosts)\n")
+    _write(root, "etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     # Every host gets its own host keys and machine-id at `up`.
-    for key in (etc / "ssh").glob("ssh_host_*"):
+    for key in _in_root(root, "etc/ssh").glob("ssh_host_*"):
         key.unlink()
-    (etc / "machine-id").write_text("")
-    (root / "var/lib/dbus/machine-id").unlink(missing_ok=True)
-    conf_d = etc / "ssh/sshd_config.d"
-    conf_d.mkdir(parents=True, exist_ok=True)
-    (conf_d / "fabricops-lab.conf").write_text(SSHD_CONFIG)
+    _write(root, "etc/machine-id", "")
+    _in_root(root, "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    _write(root, "etc/ssh/sshd_config.d/fabricops-lab.conf", SSHD_CONFIG)
     # No package network: apt sources would only make `apt update` fail.
-    for src in [etc / "apt/sources.list", *(etc / "apt/sources.list.d").glob("*")]:
-        src.unlink(missing_ok=True)
-    (etc / "apt/sources.list").write_text(
-        "# fabricops lab: no package network; repositories are added by roles\n"
-    )
-    (etc / "fstab").write_text("# fabricops lab: no filesystems to mount\n")
-    unit_dir = etc / "systemd/system"
-    unit_dir.mkdir(parents=True, exist_ok=True)
+    sources_d = _in_root(root, "etc/apt/sources.list.d")
+    for src in sorted(sources_d.glob("*")) if sources_d.is_dir() else []:
+        src.unlink()
+    _write(root, "etc/apt/sources.list",
+           "# fabricops lab: no package network; repositories are added by roles\n")
+    _write(root, "etc/fstab", "# fabricops lab: no filesystems to mount\n")
     for unit in recipe.get("mask", []):
-        link = unit_dir / unit
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to("/dev/null")
-    # ssh.service is enabled by the package; make sure (key-only sshd at boot).
-    wants = unit_dir / "multi-user.target.wants"
-    wants.mkdir(exist_ok=True)
-    ssh_link = wants / "ssh.service"
-    if not ssh_link.exists():
-        ssh_link.symlink_to("/lib/systemd/system/ssh.service")
-    (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
+        _link(root, f"etc/systemd/system/{unit}", "/dev/null")
+    # ssh.service is enabled by the package; make sure (key-only sshd at boot). The unit must be in
+    # the image: judged inside ROOT, not on the build machine.
+    if not _exists_in_root(root, "lib/systemd/system/ssh.service"):
+        raise FabricopsError(
+            f"the lab image at {root} has no /lib/systemd/system/ssh.service: openssh-server did not "
+            "install; check the recipe's packages and the debootstrap log, then run `fabricops lab up` again"
+        )
+    wants = "etc/systemd/system/multi-user.target.wants/ssh.service"
+    link = _in_root(root, wants)
+    if not (link.is_symlink() and os.readlink(link) == "/lib/systemd/system/ssh.service"):
+        _link(root, wants, "/lib/systemd/system/ssh.service")
+    _in_root(root, "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
     subprocess.run(["chroot", str(root), "apt-get", "clean"], check=False, capture_output=True)
