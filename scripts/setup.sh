@@ -42,7 +42,7 @@ fi
 stamp=.venv/.fabricops-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e '.[lab,dev]'
   touch "$stamp"
 fi
 # The repo root is the collection fabricops.fabric; Ansible finds it through .collections/.

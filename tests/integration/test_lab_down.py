@@ -30,4 +30,4 @@ def test_down_leaves_no_trace(lab):
     assert not alive
     for rel in ("hosts", "fabric", "ssh", "lab.json"):
         assert not (paths.STATE_DIR / rel).exists(), rel
-    assert not (paths.DEFAULT_INVENTORY_DIR / "hosts.yml").exists()
+    assert not (paths.default_inventory_dir() / "hosts.yml").exists()

@@ -1,8 +1,10 @@
 """Run a playbook through ansible-runner and hand its events to :mod:`fabricops.drift.report`.
 
-ansible-runner runs ``ansible-playbook`` with the repository's ``ansible.cfg`` (``ANSIBLE_CONFIG``)
-from the repository root, records every event under a private data directory and returns them as
-dicts; the drift report is computed from those events, never by scraping stdout.
+ansible-runner runs ``ansible-playbook`` with the ansible.cfg Ansible would read from the current
+directory (``ANSIBLE_CONFIG``, ``./ansible.cfg``, ``~/.ansible.cfg``; a checkout's own when there is
+none), on a playbook of the installed ``fabricops.fabric`` collection found through Ansible's
+collection search path (:mod:`fabricops.paths`), records every event under a private data directory
+and returns them as dicts; the drift report is computed from those events, never by scraping stdout.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabricops import paths
 from fabricops.errors import FabricopsError
 
-REPO = Path(__file__).resolve().parents[3]
 #: Phases a drift run leaves out of site.yml by default: verification measures, it declares nothing.
 DEFAULT_SKIP_TAGS = ("verify",)
 
@@ -31,9 +33,21 @@ class Run:
     argv: list[str] = field(default_factory=list)
 
 
-def project_root() -> Path:
-    """The collection / project root: $FABRICOPS_PROJECT_DIR, else this checkout."""
-    return Path(os.environ.get("FABRICOPS_PROJECT_DIR") or REPO)
+def ansible_config(root: Path) -> str | None:
+    """The ansible.cfg for the run: the one Ansible itself would read from the current directory,
+    else a checkout's own (an installed collection ships none)."""
+    if os.environ.get("ANSIBLE_CONFIG"):
+        return os.environ["ANSIBLE_CONFIG"]
+    try:
+        from ansible.config.manager import find_ini_config_file
+
+        found = find_ini_config_file()
+    except Exception:  # pragma: no cover - ansible-core is a dependency
+        found = None
+    if found:
+        return str(Path(found).resolve())
+    own = root / "ansible.cfg"
+    return str(own) if own.is_file() else None
 
 
 def run_playbook(
@@ -54,12 +68,8 @@ def run_playbook(
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise FabricopsError(f"ansible-runner is not installed ({exc}); pip install ansible-runner") from exc
 
-    root = project_root()
-    playbook = Path(playbook)
-    if not playbook.is_absolute():
-        playbook = (Path.cwd() / playbook) if (Path.cwd() / playbook).exists() else root / playbook
-    if not playbook.exists():
-        raise FabricopsError(f"playbook {playbook} does not exist")
+    playbook = paths.playbook(playbook)
+    root = paths.collection_root()
     cmd: list[str] = ["--diff"]
     if check:
         cmd.insert(0, "--check")
@@ -70,14 +80,16 @@ def run_playbook(
     if tags:
         cmd += ["--tags", tags]
     env = {
-        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or str(root / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         # ansible-playbook from the same environment as this command (a venv need not be activated)
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    config = ansible_config(root)
+    if config:
+        env["ANSIBLE_CONFIG"] = config
     kwargs: dict[str, Any] = {
-        "project_dir": str(root),
+        "project_dir": str(Path(config).parent if config else Path.cwd()),
         "playbook": str(playbook),
         "cmdline": " ".join(shlex.quote(c) for c in cmd),
         "envvars": env,

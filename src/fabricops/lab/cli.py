@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     up.add_argument(
         "--inventory-dir",
         metavar="DIR",
-        help=f"where to write the Ansible inventory (default {paths.DEFAULT_INVENTORY_DIR})",
+        help="where to write the Ansible inventory (default: inventories/lab in a checkout, else "
+        "$FABRICOPS_LAB_INVENTORY or the lab state dir's inventory/)",
     )
     up.set_defaults(func=cmd_up)
 

@@ -128,15 +128,40 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
     data.update(host_plan_vars(topo))
     data.update(subnet_manager_vars(topo))
     if lab.get("fabric_manager"):
-        # the fabric manager repository (fabric_services.prepare): nvidia_fabric_manager's repo_url
+        # the fabric manager repository (fabric_services.prepare), as the role's own variable; the
+        # lab's description of it stays beside for the tests (no playbook or role reads it)
+        data["nvidia_fabric_manager_repo_url"] = lab["fabric_manager"]["repo_url"]
         data["fabricops_fabric_manager"] = json.loads(json.dumps(lab["fabric_manager"], sort_keys=True))
     if ofed_facts:
-        # lab.json stores keys sorted: sort here too, so a rewrite from lab.json is byte-identical
+        data.update(ofed_role_vars(ofed_facts))
+        # The lab mirror's description (every version it serves, for the upgrade tests); no playbook
+        # or role reads it. lab.json stores keys sorted: sorted here too, so a rewrite is byte-identical.
         data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
-        if ofed_facts.get("distro"):
-            # NVIDIA builds MLNX_OFED for a point release (debian12.1); the hosts run a newer 12.x.
-            # A real rack's inventory makes this choice deliberately, and so does the lab's.
-            data["mlnx_ofed_distro"] = ofed_facts["distro"]
+    return data
+
+
+def ofed_role_vars(ofed_facts: dict[str, Any]) -> dict[str, Any]:
+    """The mlnx_ofed role's own variables for the lab mirror's default build, as a real rack's
+    inventory sets them (inventories/example/ib): pinned version, URL + sha256 of each method."""
+    data: dict[str, Any] = {}
+    version = ofed_facts.get("default_version")
+    build = (ofed_facts.get("versions") or {}).get(version)
+    if build:
+        data.update(
+            {
+                "mlnx_ofed_version": version,
+                "mlnx_ofed_install_method": "tarball",
+                "mlnx_ofed_tarball_url": build["tgz_url"],
+                "mlnx_ofed_tarball_sha256": build["tgz_sha256"],
+                "mlnx_ofed_iso_url": build["iso_url"],
+                "mlnx_ofed_iso_sha256": build["iso_sha256"],
+                "mlnx_ofed_repo_url": build["repo_url"],
+            }
+        )
+    if ofed_facts.get("distro"):
+        # NVIDIA builds MLNX_OFED for a point release (debian12.1); the hosts run a newer 12.x.
+        # A real rack's inventory makes this choice deliberately, and so does the lab's.
+        data["mlnx_ofed_distro"] = ofed_facts["distro"]
     return data
 
 

@@ -19,9 +19,24 @@ IMAGE_CACHE = Path(os.environ.get("FABRICOPS_IMAGE_CACHE", "/var/cache/fabricops
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
 EMUL_DIR = PACKAGE_DIR / "emul"
-# The repository root (src/fabricops/lab -> repo) when running from a checkout.
-REPO_ROOT = PACKAGE_DIR.parents[2]
-DEFAULT_INVENTORY_DIR = REPO_ROOT / "inventories" / "lab"
+
+
+def default_inventory_dir() -> Path:
+    """Where `lab up` writes the lab's inventory: ``$FABRICOPS_LAB_INVENTORY``; in a checkout (the
+    collection Ansible loads from here has its ansible.cfg, whose default inventory this is)
+    ``inventories/lab``; else ``STATE_DIR/inventory`` (pass it with ``-i``)."""
+    override = os.environ.get("FABRICOPS_LAB_INVENTORY")
+    if override:
+        return Path(override)
+    from fabricops import paths as collection_paths
+
+    try:
+        root = collection_paths.collection_root()
+    except FabricopsError:
+        root = None
+    if root is not None and (root / "ansible.cfg").is_file() and os.access(root, os.W_OK):
+        return root / "inventories" / "lab"
+    return STATE_DIR / "inventory"
 
 
 def host_dir(name: str) -> Path:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -50,6 +51,12 @@ def problems() -> list[str]:
     for tool, what in TOOLS.items():
         if shutil.which(tool) is None:
             missing.append(what)
+    if importlib.util.find_spec("asyncssh") is None:
+        # the emulated switches' SSH server: the package's `lab` extra, not a controller dependency
+        missing.append(
+            "the Python package asyncssh (the package's `lab` extra: "
+            "pip install 'fabricops-<version>-py3-none-any.whl[lab]', or bash scripts/setup.sh in a checkout)"
+        )
     fs = _filesystems()
     if "overlay" not in fs and subprocess.run(["modprobe", "overlay"], capture_output=True).returncode != 0:
         missing.append("the overlay filesystem (modprobe overlay)")

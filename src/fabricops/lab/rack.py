@@ -78,7 +78,7 @@ def up(
 ) -> dict[str, Any]:
     preflight.check()
     topo = resolve_topology(topology_file, n_hosts)
-    inv_dir = Path(inventory_dir) if inventory_dir else paths.DEFAULT_INVENTORY_DIR
+    inv_dir = Path(inventory_dir) if inventory_dir else paths.default_inventory_dir()
     if paths.lab_json().exists():
         lab = paths.load_lab()
         if lab.get("topology") != topo:

@@ -8,15 +8,23 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
-ALERTS_FILE = REPO / "monitoring" / "alerts.yml"
-TESTS_DIR = REPO / "monitoring" / "tests"
+from fabricops import paths
+
+
+def alerts_file() -> Path:
+    """monitoring/alerts.yml of the installed collection (a checkout is found the same way)."""
+    return paths.collection_file("monitoring/alerts.yml")
+
+
+def tests_dir() -> Path:
+    return paths.collection_file("monitoring/tests")
+
 METRIC_RE = re.compile(r"\b(fabricops_[a-z0-9_]+)\b")
 
 
-def load(path: Path = ALERTS_FILE) -> list[dict[str, Any]]:
+def load(path: Path | None = None) -> list[dict[str, Any]]:
     """Every alerting rule of the file, in order."""
-    doc = yaml.safe_load(path.read_text())
+    doc = yaml.safe_load((path or alerts_file()).read_text())
     return [r for g in doc.get("groups", []) for r in g.get("rules", []) if "alert" in r]
 
 

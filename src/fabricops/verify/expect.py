@@ -12,9 +12,9 @@ from typing import Any
 
 from fabricops.model.profiles import Profile, load_profile
 
-#: Where the pinned MLNX_OFED version is looked up, first found wins. ``fabricops_ofed`` is what
-#: the lab writes (its ``default_version``); ``mlnx_ofed_version`` is the mlnx_ofed role's choice.
-OFED_VERSION_VARS = ("fabricops_verify_ofed_version", "mlnx_ofed_version", "fabricops_ofed.default_version")
+#: Where the pinned MLNX_OFED version is looked up, first found wins: verification's own pin, then
+#: the mlnx_ofed role's choice (what every inventory, the lab's included, sets).
+OFED_VERSION_VARS = ("fabricops_verify_ofed_version", "mlnx_ofed_version")
 #: nvidia-smi topo -m levels that count as "close" NIC<->GPU affinity (same PCIe switch).
 DEFAULT_NIC_GPU_LEVELS = ("PIX", "PXB")
 PERFTEST_DEFAULTS = {

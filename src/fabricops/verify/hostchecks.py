@@ -361,7 +361,7 @@ def _ofed(ctx: _Ctx) -> None:
             None,
             ERROR,
             f"{ctx.host}: no pinned MLNX_OFED version in the inventory (set mlnx_ofed_version, "
-            f"fabricops_ofed.default_version or fabricops_verify_ofed_version_var); installed {got}",
+            f"fabricops_verify_ofed_version or fabricops_verify_ofed_version_var); installed {got}",
             measured=got,
         )
         return

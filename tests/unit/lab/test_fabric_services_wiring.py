@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -168,8 +169,9 @@ def test_inventory_gives_the_roles_their_plan():
     data = inventory.all_yml({"topology": topo, "fabric_manager": fm}, None)
     assert data["subnet_manager_mode"] == "switch"
     assert "subnet_manager_hosts" not in data and "subnet_manager_topology" not in data
-    assert data["fabricops_fabric_manager"] == fm  # nvidia_fabric_manager_repo_url's default reads repo_url
-    assert "fabricops_fabric_manager" not in inventory.all_yml({"topology": topo}, None)
+    # the role's own variable, as a real rack's inventory sets it
+    assert data["nvidia_fabric_manager_repo_url"] == fm["repo_url"]
+    assert "nvidia_fabric_manager_repo_url" not in inventory.all_yml({"topology": topo}, None)
     raw = yaml.safe_load(topology.DEFAULT_TOPOLOGY.read_text())
     raw["subnet_manager"] = "hosts"
     data = inventory.all_yml({"topology": topology.normalise(raw)}, None)
@@ -181,10 +183,38 @@ def test_inventory_gives_the_roles_their_plan():
     assert "subnet_manager_mode" not in inventory.all_yml({"topology": topology.normalise(raw)}, None)
 
 
-def test_fabric_manager_role_default_reads_the_lab_repo_url():
-    path = Path(__file__).parents[3] / "roles/nvidia_fabric_manager/defaults/main.yml"
-    default = yaml.safe_load(path.read_text())["nvidia_fabric_manager_repo_url"]
-    assert default == "{{ fabricops_fabric_manager.repo_url | default('') }}"
+def test_no_role_or_playbook_reads_the_lab_only_descriptions():
+    """The lab inventory is an inventory like any other: roles and playbooks read their own
+    variables, never the lab's descriptions of its mirrors (fabricops_ofed, fabricops_fabric_manager)."""
+    repo = Path(__file__).parents[3]
+    default = yaml.safe_load((repo / "roles/nvidia_fabric_manager/defaults/main.yml").read_text())
+    assert default["nvidia_fabric_manager_repo_url"] == ""
+    readers = [
+        str(f.relative_to(repo))
+        for f in [*repo.glob("roles/**/*.yml"), *repo.glob("roles/**/*.j2"), *repo.glob("playbooks/*.yml"),
+                  repo / "site.yml", *repo.glob("plugins/**/*.py"), *repo.glob("src/fabricops/verify/*.py")]
+        if re.search(r"\bfabricops_(ofed|fabric_manager)\b", f.read_text())
+    ]
+    assert readers == []
+
+
+def test_lab_inventory_pins_ofed_with_the_roles_own_variables():
+    facts = {
+        "default_version": "24.10-1.1.4.0",
+        "distro": "debian12.1",
+        "versions": {
+            v: {"tgz_url": f"http://m/{v}.tgz", "tgz_sha256": "a" * 64, "iso_url": f"http://m/{v}.iso",
+                "iso_sha256": "b" * 64, "repo_url": f"http://m/{v}/repo"}
+            for v in ("23.10-1.1.9.0", "24.10-1.1.4.0")
+        },
+    }
+    data = inventory.all_yml({"topology": topology.load()}, facts)
+    assert data["mlnx_ofed_version"] == "24.10-1.1.4.0"
+    assert data["mlnx_ofed_tarball_url"] == "http://m/24.10-1.1.4.0.tgz"
+    assert data["mlnx_ofed_tarball_sha256"] == "a" * 64
+    assert data["mlnx_ofed_iso_url"] == "http://m/24.10-1.1.4.0.iso"
+    assert data["mlnx_ofed_repo_url"] == "http://m/24.10-1.1.4.0/repo"
+    assert data["mlnx_ofed_distro"] == "debian12.1"
 
 
 def test_inventory_plans_each_fabric_only_where_the_rack_has_it(tmp_path):

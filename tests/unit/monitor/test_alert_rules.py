@@ -49,7 +49,7 @@ def test_flapping_threshold_is_the_profile_threshold():
 
 def test_every_alert_has_firing_and_silent_cases():
     cases: dict[str, dict[str, int]] = {}
-    for f in rules.TESTS_DIR.glob("*.yml"):
+    for f in rules.tests_dir().glob("*.yml"):
         for test in yaml.safe_load(f.read_text())["tests"]:
             for case in test.get("alert_rule_test", []):
                 kind = "firing" if case.get("exp_alerts") else "silent"
@@ -64,10 +64,10 @@ def test_every_alert_has_firing_and_silent_cases():
 )
 def test_promtool_check_and_test_rules():
     check = subprocess.run(
-        ["promtool", "check", "rules", str(rules.ALERTS_FILE)], capture_output=True, text=True
+        ["promtool", "check", "rules", str(rules.alerts_file())], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    files = sorted(str(p) for p in rules.TESTS_DIR.glob("*.yml"))
+    files = sorted(str(p) for p in rules.tests_dir().glob("*.yml"))
     test = subprocess.run(["promtool", "test", "rules", *files], capture_output=True, text=True)
     assert test.returncode == 0, test.stdout + test.stderr
     assert "SUCCESS" in test.stdout

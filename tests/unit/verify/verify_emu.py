@@ -128,7 +128,7 @@ def hostvars() -> dict:
     return {
         "ansible_host": "198.51.100.13",
         "fabricops_hardware_profile": "hgx-h100-ndr",
-        "fabricops_ofed": {"default_version": "24.10-1.1.4.0"},
+        "mlnx_ofed_version": "24.10-1.1.4.0",
         "fabricops_cabling": CABLING,
         "subnet_manager_mode": "switch",
         "fabricops_roce": {
