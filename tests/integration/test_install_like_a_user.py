@@ -1,0 +1,154 @@
+"""Installed as a user installs it: a wheel and a collection tarball, a fresh venv, a fresh
+collections path, an empty directory outside the checkout.
+
+Builds ``fabricops-<v>-py3-none-any.whl`` and ``fabricops-fabric-<v>.tar.gz`` from this checkout,
+installs the wheel (runtime dependencies only, from the package index) into a new venv and the
+collection with ``ansible-galaxy collection install``, then from an empty directory: ansible-doc for
+every module, role and filter; ``ansible-playbook fabricops.fabric.site`` on one lab host; and
+``fabricops drift``, whose report must equal the one the checkout produces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from integration.conftest import INVENTORY, REPO, VENV_BIN, _recap, ansible_env
+
+pytestmark = pytest.mark.lab
+
+HOST = "gpu04"
+EXTRA = ["-e", "nccl_profile_name=ib"]
+# The controller settings a user writes next to their inventory (README, "Install on your controller").
+USER_CFG = """\
+[defaults]
+forks = 25
+gathering = smart
+host_key_checking = True
+interpreter_python = auto_silent
+retry_files_enabled = False
+
+[ssh_connection]
+pipelining = True
+ssh_args = -o ControlMaster=auto -o ControlPersist=60s
+"""
+
+
+def _run(argv, cwd, env, timeout=900):
+    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc
+
+
+def _ok(proc):
+    assert proc.returncode == 0, f"{proc.args}: rc {proc.returncode}\n{(proc.stdout + proc.stderr)[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory, lab):
+    """(env, workdir, venv bin) of a controller that installed the wheel and the tarball."""
+    root = tmp_path_factory.mktemp("user")
+    dist, colls, work, venv = root / "dist", root / "collections", root / "work", root / "venv"
+    work.mkdir()
+    _ok(_run([VENV_BIN / "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, REPO], REPO,
+             os.environ))
+    _ok(_run([VENV_BIN / "ansible-galaxy", "collection", "build", "--output-path", dist, REPO], REPO,
+             os.environ))
+    wheel = next(dist.glob("fabricops-*.whl"))
+    tarball = next(dist.glob("fabricops-fabric-*.tar.gz"))
+    python = shutil.which("python3")
+    _ok(_run([python, "-m", "venv", venv], root, os.environ))
+    _ok(_run([venv / "bin/python", "-m", "pip", "install", "-q", wheel], root, os.environ, timeout=900))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANSIBLE_", "FABRICOPS_", "VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = os.pathsep.join(
+        [str(venv / "bin")] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != str(VENV_BIN)]
+    )
+    env["ANSIBLE_NOCOLOR"] = "1"
+    _ok(_run(["ansible-galaxy", "collection", "install", "-p", colls, tarball], work, env))
+    cfg = USER_CFG.replace("[defaults]\n", f"[defaults]\ncollections_path = {colls}\n", 1)
+    (work / "ansible.cfg").write_text(cfg)
+    return {"env": env, "work": work, "bin": venv / "bin", "colls": colls}
+
+
+def test_the_installed_package_runs_from_its_own_venv_without_the_checkout(user):
+    code = "import fabricops, sys; print(fabricops.__file__); print(sys.prefix)"
+    out = _ok(_run(["python", "-c", code], user["work"], user["env"])).stdout
+    assert str(REPO) not in out.splitlines()[0]
+    # a production controller installs no lab packages: the emulated switches' SSH server is an extra
+    lab_dep = _run(["python", "-c", "import asyncssh"], user["work"], user["env"])
+    assert lab_dep.returncode != 0
+
+
+def test_ansible_builder_introspect_lists_the_collections_python_requirements(user):
+    builder = VENV_BIN / "ansible-builder"
+    if not builder.exists():
+        pytest.fail("ansible-builder is a dev dependency and must be installed")
+    out = _ok(_run([builder, "introspect", user["colls"]], REPO, os.environ)).stdout
+    for req in ("ansible-runner", "netmiko", "pytest-testinfra", "pyyaml", "jinja2"):
+        assert re.search(rf"^\s*-?\s*{re.escape(req)}\b", out, re.M | re.I), out
+
+
+def _listed(kind: str, user) -> set[str]:
+    out = _ok(_run(["ansible-doc", "-t", kind, "-l", "fabricops.fabric", "--json"], user["work"],
+                   user["env"])).stdout
+    return set(json.loads(out))
+
+
+def test_ansible_doc_documents_every_module_role_and_filter(user):
+    modules = {f"fabricops.fabric.{p.stem}" for p in (REPO / "plugins/modules").glob("*.py")
+               if not p.name.startswith("_")}
+    roles = {f"fabricops.fabric.{p.name}" for p in (REPO / "roles").iterdir() if (p / "meta").is_dir()}
+    assert _listed("module", user) == modules
+    assert _listed("role", user) == roles
+    filters = _listed("filter", user)
+    assert len(filters) >= 10
+    for kind, names in (("module", modules), ("role", roles), ("filter", filters)):
+        proc = _ok(_run(["ansible-doc", "-t", kind, "--json", *sorted(names)], user["work"], user["env"]))
+        docs = json.loads(proc.stdout)
+        assert set(docs) == set(names), kind
+        for name, doc in docs.items():
+            assert doc.get("doc", {}).get("description") or doc.get("entry_points"), (kind, name)
+
+
+def _site(user_or_none):
+    argv = ["ansible-playbook", "-i", INVENTORY, "fabricops.fabric.site", "--limit", HOST, "--tags", "hosts",
+            *EXTRA]
+    if user_or_none is None:
+        argv[0] = VENV_BIN / "ansible-playbook"
+        argv[3] = "site.yml"
+        return _run(argv, REPO, ansible_env())
+    return _run(argv, user_or_none["work"], user_or_none["env"])
+
+
+def test_site_from_the_installed_collection_converges_as_from_the_checkout(user):
+    first = _ok(_site(user))
+    assert _recap(first.stdout)[HOST]["failures"] == 0
+    again = _ok(_site(user))
+    assert _recap(again.stdout)[HOST]["changed"] == 0, again.stdout[-3000:]
+    assert f"ROLLOUT DONE: {HOST}; failed: none" in again.stdout
+    checkout = _ok(_site(None))
+    assert _recap(checkout.stdout)[HOST]["changed"] == 0, checkout.stdout[-3000:]
+
+
+def test_drift_from_an_empty_directory_reports_what_the_checkout_reports(user, tmp_path):
+    _ok(_site(user))  # converged (idempotent; the test does not rely on the one before)
+    installed, checkout = tmp_path / "installed.json", tmp_path / "checkout.json"
+    args = ["drift", "-i", INVENTORY, "--limit", HOST, *EXTRA]
+    _ok(_run(["fabricops", *args, "--json", installed], user["work"], user["env"]))
+    _ok(_run([VENV_BIN / "fabricops", *args, "--json", checkout], REPO, ansible_env()))
+    a, b = json.loads(installed.read_text()), json.loads(checkout.read_text())
+    assert a["hosts"] == b["hosts"] == [HOST]
+    assert a["items"] == b["items"] == []
+
+
+def test_other_commands_work_from_an_empty_directory(user):
+    fixture = next((REPO / "tests/fixtures/ibstat").glob("*"))
+    out = _ok(_run(["fabricops", "parse", "ibstat", fixture], user["work"], user["env"])).stdout
+    assert json.loads(out)
+    _ok(_run(["fabricops", "plan", "--gpus", "32"], user["work"], user["env"]))
