@@ -16,11 +16,17 @@ fixtures of the same names) and fixtures.
 
 from __future__ import annotations
 
+import functools
+import glob
+import hashlib
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,3 +230,31 @@ def host_exec_fixture(lab):
 @pytest.fixture(scope="session", name="ssh")
 def ssh_fixture(lab):
     return ssh
+
+
+#: the controller's address on the lab's management bridge (fabricops.lab.network)
+LAB_CONTROLLER_IP = "198.51.100.1"
+
+
+@pytest.fixture(scope="session")
+def deb_mirror(lab):
+    """Debian's prometheus-node-exporter .deb served over HTTP on the lab's controller address."""
+    debs = sorted(glob.glob("/var/cache/apt/archives/prometheus-node-exporter_*_amd64.deb"))
+    tmp = Path(tempfile.mkdtemp(prefix="fabricops-mirror-"))
+    if debs:
+        shutil.copy(debs[-1], tmp)
+    else:
+        proc = subprocess.run(["apt-get", "download", "prometheus-node-exporter"], cwd=tmp,
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            pytest.skip(f"no prometheus-node-exporter .deb on the controller: {proc.stderr.strip()}")
+    deb = next(tmp.glob("*.deb"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp))
+    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer((LAB_CONTROLLER_IP, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield {"url": f"http://{LAB_CONTROLLER_IP}:{server.server_address[1]}/{deb.name}",
+           "sha256": hashlib.sha256(deb.read_bytes()).hexdigest()}
+    server.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)

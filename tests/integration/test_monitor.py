@@ -8,17 +8,11 @@ faults on gpu04 and checks that the metrics move and that ``fabricops diagnose``
 
 from __future__ import annotations
 
-import functools
-import glob
-import hashlib
-import http.server
 import json
 import re
-import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -86,30 +80,6 @@ def diagnose() -> dict:
 @pytest.fixture(scope="module")
 def mgmt_ip(lab):
     return lab["hosts"][HOST]["mgmt_ip"]
-
-
-@pytest.fixture(scope="module")
-def deb_mirror(lab):
-    """Debian's prometheus-node-exporter .deb served over HTTP on the lab's controller address."""
-    debs = sorted(glob.glob("/var/cache/apt/archives/prometheus-node-exporter_*_amd64.deb"))
-    tmp = Path(tempfile.mkdtemp(prefix="fabricops-mirror-"))
-    if debs:
-        shutil.copy(debs[-1], tmp)
-    else:
-        proc = subprocess.run(["apt-get", "download", "prometheus-node-exporter"], cwd=tmp,
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            pytest.skip(f"no prometheus-node-exporter .deb on the controller: {proc.stderr.strip()}")
-    deb = next(tmp.glob("*.deb"))
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer((CONTROLLER_IP, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield {"url": f"http://{CONTROLLER_IP}:{server.server_address[1]}/{deb.name}",
-           "sha256": hashlib.sha256(deb.read_bytes()).hexdigest()}
-    server.shutdown()
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

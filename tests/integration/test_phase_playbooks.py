@@ -52,14 +52,20 @@ def ofed_on_host(ssh, lab):
 
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
-def test_phase_playbook_runs_alone_as_documented(playbook, ofed_on_host, ansible_playbook):
+def test_phase_playbook_runs_alone_as_documented(playbook, ofed_on_host, ansible_playbook, request):
     args = _documented(playbook)
-    limit = "leaf-onyx" if playbook == "switches.yml" else HOST
+    limit = ["--limit", "leaf-onyx" if playbook == "switches.yml" else HOST]
     if playbook == "verify.yml":
-        # verification runs on the controller and measures the hosts it is given
-        args = ["-e", f"fabricops_verify_limit={HOST}", "-e", "fabricops_verify_only=gpus"]
-        limit = "localhost"
-    run = ansible_playbook(Path("playbooks") / playbook, *args, "--limit", limit, timeout=900)
+        # verification runs on the controller (hosts: localhost) and measures the hosts it is given
+        args, limit = ["-e", f"fabricops_verify_limit={HOST}", "-e", "fabricops_verify_only=gpus"], []
+    if playbook == "monitor.yml":
+        # The lab hosts have no package network, so node_exporter comes the way an air-gapped rack's
+        # inventory gives it: a .deb URL and its sha256 (the apt method needs a configured source).
+        deb = request.getfixturevalue("deb_mirror")
+        args += ["-e", "fabric_monitor_install_method=deb_url",
+                 "-e", f"fabric_monitor_node_exporter_deb_url={deb['url']}",
+                 "-e", f"fabric_monitor_node_exporter_deb_sha256={deb['sha256']}"]
+    run = ansible_playbook(Path("playbooks") / playbook, *args, *limit, timeout=900)
     tail = (run.stdout + run.stderr)[-3000:]
     assert "missing required arguments" not in run.stdout, tail
     assert run.rc == 0, f"playbooks/{playbook} {' '.join(args)}: rc {run.rc}\n{tail}"
