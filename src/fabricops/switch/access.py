@@ -143,7 +143,7 @@ class SwitchAccess:
             # netmiko / paramiko: an empty password with keys means "no password authentication"
             "password": self.password or "",
             "pkey": self.pkey,
-            "use_keys": self.pkey is not None,  # paramiko tries the key given; no ~/.ssh search
+            "use_keys": False,  # paramiko tries pkey when given; no search of ~/.ssh
             "key_file": None,
             "allow_agent": bool(self.use_agent),
             "ssh_strict": True,  # RejectPolicy: an unknown host key is refused, never added
@@ -549,8 +549,9 @@ def _load_key(switch: str, var: str, path: str, passphrase: str | None) -> Any:
     if not os.path.isfile(path):
         raise _fail(switch, f"the private key file {path} ({var}) does not exist.")
     try:
-        return paramiko.PKey.from_path(path, passphrase=passphrase.encode() if passphrase else None)
-    except paramiko.PasswordRequiredException:
+        # cryptography wants the passphrase as bytes (a TypeError without one: the key is encrypted)
+        return paramiko.PKey.from_path(path, password=passphrase.encode() if passphrase else None)
+    except (paramiko.PasswordRequiredException, TypeError) if not passphrase else ():
         raise _fail(
             switch,
             f"the private key {path} ({var}) is encrypted; set roce_switch_private_key_passphrase "
