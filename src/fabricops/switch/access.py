@@ -551,7 +551,10 @@ def _load_key(switch: str, var: str, path: str, passphrase: str | None) -> Any:
     try:
         # cryptography wants the passphrase as bytes (a TypeError without one: the key is encrypted)
         return paramiko.PKey.from_path(path, password=passphrase.encode() if passphrase else None)
-    except (paramiko.PasswordRequiredException, TypeError) if not passphrase else ():
+    except (paramiko.PasswordRequiredException, TypeError):
+        if passphrase:
+            what = f"the private key {path} ({var}) did not open with the passphrase given."
+            raise _fail(switch, what) from None
         raise _fail(
             switch,
             f"the private key {path} ({var}) is encrypted; set roce_switch_private_key_passphrase "

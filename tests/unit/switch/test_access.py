@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import asyncssh
 import pytest
@@ -64,8 +65,18 @@ class Switch:
         self.host_key = tmp / "hostkey"
         ports = ["Eth1/1"] if os_name == "onyx" else ["swp1"]
         self.acceptor = loop.run(
-            serve(os_name, "sw1", ports, "127.0.0.1", self.port, str(self.host_key), password,
-                  str(tmp / "state"), None, authorized_keys=str(ak) if ak else None)
+            serve(
+                os_name,
+                "sw1",
+                ports,
+                "127.0.0.1",
+                self.port,
+                str(self.host_key),
+                password,
+                str(tmp / "state"),
+                None,
+                authorized_keys=str(ak) if ak else None,
+            )
         )
         pub = asyncssh.read_private_key(str(self.host_key)).export_public_key().decode().split()
         self.known_line = f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}"
@@ -137,14 +148,16 @@ def test_password_login(env):
 
 def test_key_file_login_to_a_key_only_switch(env, caplog):
     caplog.set_level(logging.INFO, logger="fabricops.lab.switchd")
-    access = switch_connection(hostvars(env["cumulus"], env["kh"], roce_switch_private_key_file=str(env["key"])))
+    hv = hostvars(env["cumulus"], env["kh"], roce_switch_private_key_file=str(env["key"]))
+    access = switch_connection(hv)
     assert access.password is None
     assert "cumulus@" in prompt_of(access)
     assert "Accepted publickey for cumulus" in caplog.text
 
 
 def test_key_file_defaults_to_ansible_ssh_private_key_file(env):
-    access = switch_connection(hostvars(env["cumulus"], env["kh"], ansible_ssh_private_key_file=str(env["key"])))
+    hv = hostvars(env["cumulus"], env["kh"], ansible_ssh_private_key_file=str(env["key"]))
+    access = switch_connection(hv)
     assert access.key_file == str(env["key"]) and prompt_of(access)
 
 
@@ -204,15 +217,20 @@ def agent(tmp_path, env, monkeypatch):
     if not shutil.which("ssh-agent"):
         pytest.skip("ssh-agent is not installed")
     sock = tmp_path / "agent.sock"
-    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(100):
             if sock.exists():
                 break
             subprocess.run(["sleep", "0.05"])
-        add = subprocess.run(["ssh-add", str(env["key"])], env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
-                             capture_output=True, text=True)
+        add = subprocess.run(
+            ["ssh-add", str(env["key"])],
+            env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
+            capture_output=True,
+            text=True,
+        )
         assert add.returncode == 0, add.stderr
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         yield sock
@@ -238,7 +256,7 @@ def test_agent_can_be_turned_off(env, agent):
 class Bastion(asyncssh.SSHServer):
     """An SSH jump host: public-key login for ``jump``, direct TCP forwarding (what ``ssh -W`` asks)."""
 
-    forwarded: list = []
+    forwarded: ClassVar[list] = []
 
     def __init__(self, keys):
         self.keys = keys
@@ -262,6 +280,7 @@ def bastion(env, loop, tmp_path):
     port = _free_port()
     hk = asyncssh.generate_private_key("ssh-ed25519")
     keys = {asyncssh.import_public_key(env["pub"]).public_data}
+
     async def start():
         return await asyncssh.create_server(lambda: Bastion(keys), "127.0.0.1", port, server_host_keys=[hk])
 
@@ -286,8 +305,13 @@ def _ssh_config(env, bastion_port, proxy_line):
 
 def test_proxyjump_from_ssh_config(env, bastion):
     cfg = _ssh_config(env, bastion, "ProxyJump bastion")
-    hv = hostvars(env["onyx"], env["kh"], ansible_host="leaf", ansible_password=PASSWORD,
-                  roce_switch_ssh_config=str(cfg))
+    hv = hostvars(
+        env["onyx"],
+        env["kh"],
+        ansible_host="leaf",
+        ansible_password=PASSWORD,
+        roce_switch_ssh_config=str(cfg),
+    )
     del hv["ansible_port"]  # from the ssh_config
     access = switch_connection(hv)
     assert access.port == env["onyx"].port and "-W" in access.proxy_command
@@ -297,9 +321,11 @@ def test_proxyjump_from_ssh_config(env, bastion):
 
 def test_proxycommand_in_ansible_ssh_common_args(env, bastion):
     cfg = _ssh_config(env, bastion, "")
-    args = f'-o ProxyCommand="ssh -F {cfg} -o BatchMode=yes -W %h:%p bastion" -o UserKnownHostsFile={env["kh"]}'
-    hv = hostvars(env["cumulus"], env["kh"], ansible_ssh_common_args=args,
-                  roce_switch_private_key_file=str(env["key"]))
+    args = f'-o ProxyCommand="ssh -F {cfg} -o BatchMode=yes -W %h:%p bastion" '
+    args += f"-o UserKnownHostsFile={env['kh']}"
+    hv = hostvars(
+        env["cumulus"], env["kh"], ansible_ssh_common_args=args, roce_switch_private_key_file=str(env["key"])
+    )
     del hv["roce_switch_known_hosts"]  # from -o UserKnownHostsFile=
     access = switch_connection(hv)
     assert access.known_hosts == str(env["kh"])
@@ -312,8 +338,13 @@ def test_bastion_refusing_fails_in_one_sentence(env, bastion, tmp_path):
     _keypair(other)
     cfg = _ssh_config(env, bastion, "ProxyJump bastion")
     cfg.write_text(cfg.read_text().replace(str(env["key"]), str(other)))
-    hv = hostvars(env["onyx"], env["kh"], ansible_host="leaf", ansible_password=PASSWORD,
-                  roce_switch_ssh_config=str(cfg))
+    hv = hostvars(
+        env["onyx"],
+        env["kh"],
+        ansible_host="leaf",
+        ansible_password=PASSWORD,
+        roce_switch_ssh_config=str(cfg),
+    )
     with pytest.raises(SwitchError) as err:
         transport.connect(switch_connection(hv))
     text = one_sentence(err.value)
@@ -383,9 +414,9 @@ def _assert_secret_absent(text: str):
 def test_inline_vault_password_verify_and_diagnose(env, tmp_path, vault, capfd, caplog):
     enc = _run("ansible-vault", "encrypt_string", PASSWORD, "--name", "ansible_password").stdout
     inv = _inventory(env, tmp_path, _onyx_vars(env) + enc)
-    hv = __import__("fabricops.verify.transport", fromlist=["Fabric"]).Fabric(str(inv), "switches").inventory_vars(
-        "leaf-onyx"
-    )
+    from fabricops.verify.transport import Fabric
+
+    hv = Fabric(str(inv), "switches").inventory_vars("leaf-onyx")
     assert set(hv["ansible_password"]) == {"__ansible_vault"}  # what ansible-inventory --list prints
     assert switch_connection(from_inventory_json(hv)).password == PASSWORD
     _assert_secret_absent(_read_via_verify_and_diagnose(inv, capfd, caplog))
@@ -406,7 +437,8 @@ def test_unsafe_password_with_braces_is_not_templated(env, tmp_path, capfd, capl
 def test_password_from_file_lookup(env, tmp_path, capfd, caplog):
     pw = tmp_path / "pw"
     pw.write_text(PASSWORD + "\n")
-    inv = _inventory(env, tmp_path, _onyx_vars(env) + f"ansible_password: \"{{{{ lookup('file', '{pw}') }}}}\"\n")
+    line = f"ansible_password: \"{{{{ lookup('file', '{pw}') }}}}\"\n"
+    inv = _inventory(env, tmp_path, _onyx_vars(env) + line)
     _assert_secret_absent(_read_via_verify_and_diagnose(inv, capfd, caplog))
 
 
@@ -454,11 +486,15 @@ def test_encrypted_key_with_passphrase(env, tmp_path, monkeypatch, capfd, caplog
             switch_connection(hostvars(sw, kh, roce_switch_private_key_file=str(key)))
         assert "is encrypted; set roce_switch_private_key_passphrase" in one_sentence(err.value)
         with pytest.raises(SwitchAccessError) as err:
-            switch_connection(hostvars(sw, kh, roce_switch_private_key_file=str(key),
-                                       roce_switch_private_key_passphrase="wrong"))
+            switch_connection(
+                hostvars(
+                    sw, kh, roce_switch_private_key_file=str(key), roce_switch_private_key_passphrase="wrong"
+                )
+            )
         assert "did not open with the passphrase" in one_sentence(err.value)
-        access = switch_connection(hostvars(sw, kh, roce_switch_private_key_file=str(key),
-                                            roce_switch_private_key_passphrase=phrase))
+        access = switch_connection(
+            hostvars(sw, kh, roce_switch_private_key_file=str(key), roce_switch_private_key_passphrase=phrase)
+        )
         assert "cumulus@" in prompt_of(access)
         monkeypatch.setenv("FABRICOPS_SWITCH_KEY_PASSPHRASE", phrase)
         access = switch_connection(hostvars(sw, kh, roce_switch_private_key_file=str(key)))
