@@ -3,20 +3,22 @@
 """roce_switch: RoCE QoS of a Spectrum switch (Onyx / Cumulus NVUE), computed and applied from the controller.
 
 A thin shim over :func:`fabricops.switch.runner.run`: it reads the connection details from the host's
-inventory variables (never from task arguments, so the password is never part of the task), opens the
-netmiko session with strict host-key checking and returns ``before``, ``commands``, ``after``, ``diff``
-and ``changed``. Check mode sends no configuration command.
+inventory variables (never from task arguments, so the password is never part of the task) through
+:func:`fabricops.switch.access.switch_connection` (password, key file, ssh-agent, ssh_config and
+ProxyJump), opens the netmiko session with strict host-key checking and returns ``before``,
+``commands``, ``after``, ``diff`` and ``changed``. Check mode sends no configuration command.
+``check_access: true`` only resolves the access (no switch contact) and says how the switch would be
+reached, without any secret.
 """
 
 from __future__ import annotations
-
-import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 try:
     from fabricops.errors import FabricopsError
+    from fabricops.switch import access as switch_access
     from fabricops.switch import transport
     from fabricops.switch.model import normalize_os
     from fabricops.switch.runner import run as run_resource
@@ -26,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - only without the Python package
 else:
     IMPORT_ERROR = None
 
-PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"
+PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # also in fabricops.switch.access
 ARGS = {
     "state": "merged",
     "roce": None,
@@ -42,6 +44,7 @@ ARGS = {
     "running_config": None,
     "known_hosts": None,
     "timeout": 30,
+    "check_access": False,
 }
 
 
@@ -76,33 +79,27 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"{switch}: {exc}")
             return result
 
-        def connector():
-            host = self._var(task_vars, "ansible_host") or switch
-            user = self._var(task_vars, "ansible_user")
-            password = self._var(task_vars, "roce_switch_password", "ansible_password")
-            password = password or os.environ.get(PASSWORD_ENV)
-            if not user or not password:
-                raise FabricopsError(
-                    f"{switch}: step 'connect' failed: no credentials; set ansible_user and ansible_password "
-                    f"(from Ansible Vault) or export {PASSWORD_ENV}."
-                )
-            known_hosts = (
-                args["known_hosts"]
-                or self._var(
-                    task_vars, "roce_switch_known_hosts", "fabricops_known_hosts", "fabricops_ssh_known_hosts"
-                )
-                or transport.known_hosts_from_ssh_args(self._var(task_vars, "ansible_ssh_common_args"))
-                or os.path.expanduser("~/.ssh/known_hosts")
-            )
-            return transport.connect(
-                os_name,
-                str(host),
-                str(user),
-                str(password),
-                port=int(self._var(task_vars, "ansible_port") or 22),
-                known_hosts=os.path.expanduser(str(known_hosts)),
+        def access():
+            # one access function for the role, verify and diagnose (fabricops.switch.access): the
+            # task's variables as Ansible holds them (Vault, inline vault, !unsafe) and this templar
+            return switch_access.switch_connection(
+                task_vars,
+                switch=switch,
+                os_name=os_name,
+                known_hosts=args["known_hosts"],
                 timeout=float(args["timeout"]),
+                render=self._templar.template,
             )
+
+        def connector():
+            return transport.connect(access())
+
+        if args["check_access"]:
+            try:
+                result.update(changed=False, msg=f"{switch}: {access().describe()}")
+            except FabricopsError as exc:
+                result.update(failed=True, changed=False, msg=str(exc))
+            return result
 
         try:
             out = run_resource(

@@ -17,8 +17,13 @@ description:
     C(fabricops.model.roce), the same code the host role uses), so host and switch cannot disagree.
   - Runs on the controller and opens its own netmiko session (C(mellanox_mlnxos) for Onyx,
     C(cumulus_linux) for Cumulus) from the host's inventory - C(ansible_host), C(ansible_port),
-    C(ansible_user), C(ansible_password) (or C(roce_switch_password), or the environment variable
-    E(FABRICOPS_SWITCH_PASSWORD)). Credentials are never task arguments and never in the result.
+    C(ansible_user), and a password (C(roce_switch_password), C(ansible_password) or the environment
+    variable E(FABRICOPS_SWITCH_PASSWORD)) and/or a private key (C(roce_switch_private_key_file), else
+    C(ansible_ssh_private_key_file); passphrase C(roce_switch_private_key_passphrase)), the ssh-agent
+    (C(roce_switch_use_agent)), an ssh_config (C(roce_switch_ssh_config)) and a bastion (ProxyJump or
+    ProxyCommand in C(ansible_ssh_common_args) or the ssh_config). Vault, inline vault and C(!unsafe)
+    values are read as in a play. Credentials are never task arguments and never in the result.
+    The same function (C(fabricops.switch.access)) serves C(fabricops verify) and C(fabricops diagnose).
   - SSH host keys are checked against a known_hosts file - O(known_hosts), else C(roce_switch_known_hosts),
     C(fabricops_known_hosts), C(fabricops_ssh_known_hosts), the C(UserKnownHostsFile) in
     C(ansible_ssh_common_args), then C(~/.ssh/known_hosts). Unknown keys are rejected, never added.
@@ -98,6 +103,12 @@ options:
     description: SSH connect and authentication timeout in seconds.
     type: int
     default: 30
+  check_access:
+    description:
+      - Only resolve how the switch is reached (user, address, credential kinds, known_hosts) and fail
+        with one sentence when a variable is missing or wrong; no switch contact, no secret shown.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full

@@ -665,6 +665,8 @@ def switch_states(
 ) -> tuple[dict[str, dict], list[str]]:
     """Normalised PFC/ECN state of the Ethernet switches cabled to ``hosts``; notes for those unread."""
     from fabricops.switch import resource, transport
+    from fabricops.switch.model import normalize_os
+    from fabricops.verify.switchstate import inventory_access
 
     states: dict[str, dict] = {}
     notes: list[str] = []
@@ -677,19 +679,15 @@ def switch_states(
             hv = fabric.hostvars(name)
         except Exception:
             continue
-        os_name = str(hv.get("fabricops_switch_os") or "")
-        if os_name not in ("onyx", "cumulus") or hv.get("fabricops_switch_reachable") is False:
+        if hv.get("fabricops_switch_reachable") is False:
             continue
         try:
-            conn = transport.connect(
-                "onyx" if os_name == "onyx" else "cumulus",
-                hv.get("ansible_host", name),
-                str(hv.get("ansible_user")),
-                str(_file_lookup(hv.get("ansible_password"))),
-                port=int(hv.get("ansible_port", 22)),
-                known_hosts=hv.get("fabricops_ssh_known_hosts")
-                or transport.known_hosts_from_ssh_args(hv.get("ansible_ssh_common_args")),
-            )
+            os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
+        except FabricopsError:
+            continue  # not an Ethernet switch fabricops reads (an InfiniBand switch, a host)
+        try:
+            # the roce_switch role's own access (Vault, inline vault, env, keys, known_hosts)
+            conn = transport.connect(inventory_access(hv, name, os_name))
             try:
                 data = transport.get_roce_data(conn, os_name, ports if os_name == "onyx" else ())
             finally:
@@ -697,7 +695,8 @@ def switch_states(
             _facts, oper = resource.gather(os_name, data, ports if os_name == "onyx" else ())
             states[name] = _normalise_switch(os_name, oper, ports, lossless)
         except Exception as exc:  # a switch we cannot read is a note, not a crash
-            notes.append(f"switch {name}: state not read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            notes.append(f"switch {name}: state not read ({first})")
     return states, notes
 
 

@@ -69,9 +69,14 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
                 "ansible_network_os": sw["os"],
                 "ansible_port": int(info.get("port") or 22),
                 "ansible_user": info.get("user", SWITCH_USERS[sw["os"]]),
-                "ansible_password": "{{ lookup('ansible.builtin.file', '" + pw_file + "') }}",
             }
         )
+        if info.get("login") == "publickey" and info.get("client_key"):
+            # key-only: no password in this switch's variables (docs/switch-access.md)
+            entry["roce_switch_private_key_file"] = info["client_key"]
+            entry["roce_switch_use_agent"] = False
+        else:
+            entry["ansible_password"] = "{{ lookup('ansible.builtin.file', '" + pw_file + "') }}"
         groups[f"{sw['os']}_switches"][sw["name"]] = entry
     switch_vars = {
         "ansible_connection": "local",

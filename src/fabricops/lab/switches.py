@@ -38,6 +38,9 @@ START_TIMEOUT = 20.0
 STOP_TIMEOUT = 5.0
 #: The login user of each emulated OS (the emulator's own table when it is importable).
 DEFAULT_USERS = {"onyx": "admin", "cumulus": "cumulus"}
+#: how the lab inventory logs in to each switch: both access paths of fabricops.switch.access are
+#: exercised by every converge (Onyx by password, Cumulus by the controller's key, no password)
+LOGIN = {"onyx": "password", "cumulus": "publickey"}
 #: The management interface's name inside the switch, as each OS names it.
 MGMT_IFNAME = {"onyx": "mgmt0", "cumulus": "eth0"}
 
@@ -131,6 +134,27 @@ def ensure_host_key(sdir: Path, name: str) -> tuple[Path, str]:
     return key, f"{fields[0]} {fields[1]}"
 
 
+def ensure_client_key() -> tuple[Path, str]:
+    """The controller's key for switch logins (``ssh_dir()/switch_ed25519``) and its public line."""
+    key = paths.ssh_dir() / "switch_ed25519"
+    pub = key.with_name(key.name + ".pub")
+    if not key.is_file() or not pub.is_file():
+        import asyncssh
+
+        k = asyncssh.generate_private_key("ssh-ed25519", comment="fabricops-controller@switches")
+        _write_secret(key, k.export_private_key().decode())
+        pub.write_text(k.export_public_key().decode())
+    key.chmod(0o600)
+    return key, pub.read_text().strip()
+
+
+def write_authorized_keys(sdir: Path, pub: str) -> Path:
+    """The switch user's authorized_keys (sshd's AUTHORIZED_KEYS FILE FORMAT: one key a line)."""
+    path = sdir / "authorized_keys"
+    _write_secret(path, pub + "\n")
+    return path
+
+
 def ensure_password(sdir: Path) -> Path:
     pw = sdir / "password"
     if not pw.is_file() or not pw.read_text().strip():
@@ -184,7 +208,7 @@ def switchd_command(sw: dict[str, Any], info: dict[str, Any]) -> list[str]:
         "--host-key", info["host_key"], "--password-file", info["password_file"],
         "--state-dir", info["state_dir"], "--fabric-file", info["fabric_file"],
         "--ports", ",".join(str(p) for p in sw.get("ports", [])),
-    ]
+    ] + (["--authorized-keys", info["authorized_keys"]] if info.get("authorized_keys") else [])
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -291,6 +315,7 @@ def start(lab: dict[str, Any], net: Net | None = None) -> dict[str, dict[str, An
             sdir.chmod(0o700)
             key, pub = ensure_host_key(sdir, name)
             pw = ensure_password(sdir)
+            client_key, client_pub = ensure_client_key()
             ns = short_name(net.netns_prefix, name)
             veth = short_name(net.veth_prefix, name)
             fabric_file = paths.fabric_dir() / "switches" / f"{name}.json"
@@ -301,6 +326,9 @@ def start(lab: dict[str, Any], net: Net | None = None) -> dict[str, dict[str, An
                 "os": sw["os"], "mgmt_ip": sw["mgmt_ip"], "netns": ns, "veth": veth, "port": 22,
                 "password_file": str(pw), "host_key": str(key), "state_dir": str(sdir),
                 "fabric_file": str(fabric_file), "pid": None,
+                # both logins are served (as sshd does); the lab inventory logs in with LOGIN[os]
+                "authorized_keys": str(write_authorized_keys(sdir, client_pub)),
+                "client_key": str(client_key), "login": LOGIN[sw["os"]],
             }
             _plumb(sw, net, ns, veth)
             known[(name, sw["mgmt_ip"])] = pub

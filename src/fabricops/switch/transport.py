@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from fabricops.errors import FabricopsError
 from fabricops.parsers.nvue import parse_config_diff
 
+from .access import SwitchAccess, known_hosts_from_ssh_args
 from .knobs import Facts
 from .model import SwitchError
 from .resource import compute, gather
@@ -43,6 +43,7 @@ __all__ = [
     "connect",
     "get_roce_data",
     "known_hosts_from_ssh_args",
+    "open_session",
 ]
 
 NETMIKO_DEVICE_TYPES = {"onyx": "mellanox_mlnxos", "cumulus": "cumulus_linux"}
@@ -55,53 +56,104 @@ Connector = Callable[[], Any]
 # --------------------------------------------------------------------------- connecting
 
 
-def known_hosts_from_ssh_args(args: str | None) -> str | None:
-    """The UserKnownHostsFile path from ``ansible_ssh_common_args`` (``-o UserKnownHostsFile=X``)."""
-    if not args:
-        return None
-    for tok in shlex.split(str(args)):
-        m = re.fullmatch(r"(?i)UserKnownHostsFile[= ](\S+)", tok)
-        if m:
-            return m.group(1)
-    return None
-
-
 def connect(
-    os_name: str,
-    host: str,
-    username: str,
-    password: str,
+    access: SwitchAccess | str,
+    host: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
     *,
     port: int = 22,
     known_hosts: str | None = None,
     timeout: float = 30,
 ) -> Any:
-    """A netmiko session with strict host-key checking against ``known_hosts`` (never auto-added)."""
-    from netmiko import ConnectHandler
+    """A netmiko session with strict host-key checking (an unknown key is refused, never added).
 
+    ``access`` comes from :func:`fabricops.switch.access.switch_connection` (password, key file,
+    ssh-agent, proxy). The older form ``connect(os_name, host, username, password, port=,
+    known_hosts=)`` is a password login. Failures raise :class:`SwitchError`: one sentence naming the
+    switch, never a secret."""
+    if not isinstance(access, SwitchAccess):
+        access = _password_access(access, host, username, password, port, known_hosts, timeout)
+    return open_session(access)
+
+
+def _password_access(os_name, host, username, password, port, known_hosts, timeout) -> SwitchAccess:
+    from .model import normalize_os
+
+    name = str(host)
     if not known_hosts or not os.path.isfile(known_hosts):
         raise SwitchError(
-            f"{host}: no known_hosts file ({known_hosts or 'none given'}); fabricops checks switch host "
+            f"{name}: no known_hosts file ({known_hosts or 'none given'}); fabricops checks switch host "
             "keys: set roce_switch_known_hosts, fabricops_known_hosts or -o UserKnownHostsFile= in "
             "ansible_ssh_common_args."
         )
-    return ConnectHandler(
-        device_type=NETMIKO_DEVICE_TYPES[os_name],
-        host=host,
+    return SwitchAccess(
+        switch=name,
+        os_name=normalize_os(os_name),
+        host=name,
         port=int(port),
-        username=username,
+        username=str(username),
+        known_hosts=known_hosts,
         password=password,
-        ssh_strict=True,
-        system_host_keys=False,
-        alt_host_keys=True,
-        alt_key_file=known_hosts,
-        use_keys=False,
-        allow_agent=False,
-        conn_timeout=timeout,
-        auth_timeout=timeout,
-        session_log=None,
-        fast_cli=False,
+        timeout=float(timeout),
+        sources={"password": "argument"},
     )
+
+
+def open_session(access: SwitchAccess) -> Any:
+    """Open the session :class:`SwitchAccess` describes (through its proxy command, if any)."""
+    import paramiko
+    from netmiko import ConnectHandler
+
+    if not os.path.isfile(access.known_hosts):
+        raise SwitchError(
+            f"{access.switch}: step 'connect' failed: no known_hosts file ({access.known_hosts}); "
+            "fabricops checks switch host keys."
+        )
+    sock = None
+    try:
+        if access.proxy_command:
+            sock = paramiko.ProxyCommand(access.proxy_command)
+        return ConnectHandler(**access.netmiko_params(), sock=sock)
+    except Exception as exc:
+        if sock is not None:
+            with contextlib.suppress(Exception):
+                sock.close()
+        raise SwitchError(_connect_failure(access, exc)) from None
+
+
+def _connect_failure(access: SwitchAccess, exc: BaseException) -> str:
+    """One sentence for a failed login; the exception text is scrubbed of every secret."""
+    import paramiko
+
+    where = f"{access.host}:{access.port}"
+    via = f" through the proxy '{access.proxy_command}'" if access.proxy_command else ""
+    head = f"{access.switch}: step 'connect' failed:"
+    text = access.scrub(" ".join(str(exc).split()))
+    name = type(exc).__name__
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (
+            f"{head} the host key of {where} does not match the one in {access.known_hosts}; fabricops "
+            "refuses it (the switch was replaced or someone is in the middle): check the fingerprint."
+        )
+    if "not found in known_hosts" in text:
+        port = f"-p {access.port} " if access.port != 22 else ""
+        return (
+            f"{head} the host key of {where} is not in {access.known_hosts}; fabricops never accepts an "
+            f"unknown switch key: check its fingerprint and add it (ssh-keyscan {port}{access.host})."
+        )
+    if "Authentication" in name or "authentication" in text.lower()[:80]:
+        return (
+            f"{head} {where} refused the login of {access.username}{via} "
+            f"(tried {', '.join(access.methods()) or 'nothing'}); check ansible_user and the credentials."
+        )
+    if "Timeout" in name or isinstance(exc, TimeoutError | ConnectionError | OSError):
+        return (
+            f"{head} {where} did not answer SSH{via} within {access.timeout:g} s ({name}: "
+            f"{re.split(r'Common causes|Things you might try', text)[0].strip()[:160]})."
+        )
+    first = re.split(r"Common causes|Things you might try", text)[0].strip()[:200]
+    return f"{head} {where}{via}: {name}: {first}" if first else f"{head} {where}{via}: {name}."
 
 
 # --------------------------------------------------------------------------- reading

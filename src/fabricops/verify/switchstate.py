@@ -12,7 +12,6 @@ same validated definition the roce_switch role applies. Nothing here configures 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from fabricops.errors import FabricopsError
 
 #: (switch, ports) -> {port: [problem sentences]} (empty list: the port is as declared)
 ReadFn = Callable[[str, Sequence[str]], Mapping[str, list[str]]]
-PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"
+PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # read by fabricops.switch.access
 _LOADER_READY = False
 
 #: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not)
@@ -118,12 +117,20 @@ def _render(value: Any, variables: Mapping[str, Any]) -> Any:
     return Templar(loader=DataLoader(), variables=dict(variables)).template(value)
 
 
+def inventory_access(hostvars: Mapping[str, Any], switch: str, os_name: str | None = None) -> Any:
+    """How to reach ``switch`` from its ``ansible-inventory --list`` variables: the roce_switch role's
+    own :func:`fabricops.switch.access.switch_connection` (inline vault decrypted with Ansible's vault
+    secrets, ``!unsafe`` never templated, every other template rendered by Ansible's Templar)."""
+    from fabricops.switch.access import from_inventory_json, switch_connection
+
+    return switch_connection(from_inventory_json(hostvars), switch=switch, os_name=os_name)
+
+
 class SwitchReader:
     """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
 
-    ``hostvars(name)`` gives a switch's inventory variables (``ansible_host``, ``ansible_port``,
-    ``ansible_user``, ``ansible_password`` / ``roce_switch_password`` or $FABRICOPS_SWITCH_PASSWORD,
-    ``fabricops_switch_os`` / ``ansible_network_os``, known_hosts as the roce_switch role finds it)."""
+    ``hostvars(name)`` gives a switch's inventory variables (as ``ansible-inventory --list`` prints
+    them); the switch is reached as the roce_switch role reaches it (:func:`inventory_access`)."""
 
     def __init__(
         self,
@@ -150,26 +157,7 @@ class SwitchReader:
         if self.connector is not None:
             conn = self.connector(switch, os_name, hv)
         else:
-            user = _render(hv.get("ansible_user"), hv)
-            password = _render(hv.get("roce_switch_password") or hv.get("ansible_password"), hv)
-            password = password or os.environ.get(PASSWORD_ENV)
-            if not user or not password:
-                raise FabricopsError(f"{switch}: no credentials (ansible_user / ansible_password)")
-            known = (
-                hv.get("roce_switch_known_hosts")
-                or hv.get("fabricops_known_hosts")
-                or hv.get("fabricops_ssh_known_hosts")
-                or transport.known_hosts_from_ssh_args(hv.get("ansible_ssh_common_args"))
-                or os.path.expanduser("~/.ssh/known_hosts")
-            )
-            conn = transport.connect(
-                os_name,
-                str(_render(hv.get("ansible_host") or switch, hv)),
-                str(user),
-                str(password),
-                port=int(hv.get("ansible_port") or 22),
-                known_hosts=os.path.expanduser(str(_render(known, hv))),
-            )
+            conn = transport.connect(inventory_access(hv, switch, os_name))
         try:
             data = transport.get_roce_data(conn, os_name, sorted(set(names.values())))
         finally:

@@ -1,4 +1,13 @@
-"""The asyncssh server: password login, one engine session per SSH channel, shared switch state."""
+"""The asyncssh server: password and/or public-key login, one engine session per SSH channel, shared
+switch state.
+
+Login as on the devices: Onyx and Cumulus Linux run OpenSSH's sshd, which offers ``publickey`` and
+``password`` by default and checks a key against the user's ``~/.ssh/authorized_keys`` (sshd(8),
+AUTHORIZED_KEYS FILE FORMAT; Cumulus Linux user guide "SSH for Remote Access": "copy your public key to
+the switch ... authorized_keys"; Onyx MLNX-OS user manual "ssh client user ... authorized-key"). A
+server started without a password (``password=None``) is key-only, as sshd with
+``PasswordAuthentication no``; one without authorized keys is password-only. Each accepted login is
+logged with its method (sshd logs ``Accepted publickey for USER`` / ``Accepted password for USER``)."""
 
 from __future__ import annotations
 
@@ -26,19 +35,44 @@ def build_switch(os_name: str, name: str, ports: list[str], state_dir: str, fabr
     raise ValueError(f"unknown switch OS {os_name!r} (onyx or cumulus)")
 
 
+def load_authorized_keys(path: str | None) -> set[bytes]:
+    """Public keys (wire form) of an OpenSSH ``authorized_keys`` file; empty for no file."""
+    if not path:
+        return set()
+    keys = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keys.add(asyncssh.import_public_key(line).public_data)
+    return keys
+
+
 class SwitchServer(asyncssh.SSHServer):
-    def __init__(self, password: str, users: set[str]):
+    def __init__(self, password: str | None, users: set[str], authorized: set[bytes] | None = None):
         self._password = password
         self._users = users
+        self._authorized = set(authorized or ())
 
     def begin_auth(self, username: str) -> bool:
         return True
 
     def password_auth_supported(self) -> bool:
-        return True
+        return self._password is not None
 
     def validate_password(self, username: str, password: str) -> bool:
-        return username in self._users and password == self._password
+        ok = self._password is not None and username in self._users and password == self._password
+        if ok:
+            log.info("Accepted password for %s", username)
+        return ok
+
+    def public_key_auth_supported(self) -> bool:
+        return bool(self._authorized)
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        ok = username in self._users and key.public_data in self._authorized
+        if ok:
+            log.info("Accepted publickey for %s (%s)", username, key.get_fingerprint())
+        return ok
 
 
 async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str) -> None:
@@ -75,10 +109,15 @@ async def serve(
     listen: str,
     port: int,
     host_key: str,
-    password: str,
+    password: str | None,
     state_dir: str,
     fabric_file: str | None,
+    authorized_keys: str | None = None,
 ) -> asyncssh.SSHAcceptor:
+    """Serve one switch; ``password`` None: key-only; ``authorized_keys``: an OpenSSH file of keys."""
+    authorized = load_authorized_keys(authorized_keys)
+    if password is None and not authorized:
+        raise ValueError("a switch needs a password or authorized keys, or nobody can log in")
     switch = build_switch(os_name, name, ports, state_dir, fabric_file)
     if not Path(host_key).exists():
         key = asyncssh.generate_private_key("ssh-ed25519")
@@ -89,7 +128,7 @@ async def serve(
         await _session(process, switch, os_name)
 
     acceptor = await asyncssh.create_server(
-        lambda: SwitchServer(password, users),
+        lambda: SwitchServer(password, users, authorized),
         listen,
         port,
         server_host_keys=[host_key],
