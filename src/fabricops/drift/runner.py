@@ -8,14 +8,18 @@ dicts; the drift report is computed from those events, never by scraping stdout.
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabricops.errors import FabricopsError
+from fabricops.cliopts import STRICT_INVENTORY, ansible_error
+from fabricops.errors import CouldNotRun, FabricopsError
 
 REPO = Path(__file__).resolve().parents[3]
 #: Phases a drift run leaves out of site.yml by default: verification measures, it declares nothing.
@@ -36,6 +40,106 @@ def project_root() -> Path:
     return Path(os.environ.get("FABRICOPS_PROJECT_DIR") or REPO)
 
 
+def _playbook_path(playbook: str | Path, root: Path) -> Path:
+    playbook = Path(playbook)
+    if not playbook.is_absolute():
+        playbook = (Path.cwd() / playbook) if (Path.cwd() / playbook).exists() else root / playbook
+    if not playbook.exists():
+        raise CouldNotRun(f"playbook {playbook} does not exist")
+    return playbook
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {
+        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or str(root / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        **STRICT_INVENTORY,  # fail closed: an inventory that does not parse is an error, not "no hosts"
+        # ansible-playbook from the same environment as this command (a venv need not be activated)
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _inventory(inventory: str | Path | None) -> str | None:
+    if not inventory:
+        return None
+    text = str(inventory)
+    if "," in text:  # an inline host list (host1,host2,)
+        return text
+    inv = Path(text)
+    return str(inv if inv.is_absolute() else (Path.cwd() / inv).resolve())
+
+
+def _options(check: bool, extra_vars, skip_tags, tags) -> list[str]:
+    cmd: list[str] = ["--diff"]
+    if check:
+        cmd.insert(0, "--check")
+    for ev in extra_vars:
+        cmd += ["-e", ev]
+    if skip_tags:
+        cmd += ["--skip-tags", ",".join(skip_tags)]
+    if tags:
+        cmd += ["--tags", tags]
+    return cmd
+
+
+_HOSTS_HEADER = re.compile(r"^(?P<indent>\s*)hosts \((?P<n>\d+)\):\s*$")
+
+
+def parse_list_hosts(text: str) -> list[str]:
+    """Host names of ``ansible-playbook --list-hosts`` output, every play together."""
+    hosts: set[str] = set()
+    indent = None
+    for line in text.splitlines():
+        m = _HOSTS_HEADER.match(line)
+        if m:
+            indent = len(m.group("indent"))
+            continue
+        if indent is not None:
+            stripped = line.strip()
+            if stripped and len(line) - len(line.lstrip()) > indent:
+                hosts.add(stripped)
+            else:
+                indent = None
+    return sorted(hosts)
+
+
+def list_hosts(
+    playbook: str | Path,
+    *,
+    inventory: str | Path | None = None,
+    limit: str | None = None,
+    extra_vars: list[str] | tuple[str, ...] = (),
+    skip_tags: tuple[str, ...] = DEFAULT_SKIP_TAGS,
+    tags: str | None = None,
+) -> list[str]:
+    """The hosts the playbook targets (``ansible-playbook --list-hosts``): nothing runs on them.
+
+    Raises :class:`CouldNotRun` with ansible's reason when the inventory or playbook cannot be read.
+    """
+    root = project_root()
+    path = _playbook_path(playbook, root)
+    argv = ["ansible-playbook", "--list-hosts", *_options(False, extra_vars, skip_tags, tags)]
+    inv = _inventory(inventory)
+    if inv:
+        argv += ["-i", inv]
+    if limit:
+        argv += ["--limit", limit]
+    argv.append(str(path))
+    env = {**os.environ, **_env(root)}
+    try:
+        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise CouldNotRun("ansible-playbook is not installed (pip install ansible-core)") from None
+    except subprocess.TimeoutExpired:
+        raise CouldNotRun("ansible-playbook --list-hosts did not answer within 300 s") from None
+    if proc.returncode != 0:
+        where = inventory or "(ansible.cfg default)"
+        raise CouldNotRun(f"cannot read the inventory {where} or the playbook {path.name}: "
+                          f"{ansible_error(proc.stderr)}")
+    return parse_list_hosts(proc.stdout)
+
+
 def run_playbook(
     playbook: str | Path,
     *,
@@ -47,45 +151,42 @@ def run_playbook(
     tags: str | None = None,
     keep_artifacts: Path | None = None,
     quiet: bool = True,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Run:
-    """``ansible-playbook [--check] --diff PLAYBOOK`` through ansible-runner; returns its events."""
+    """``ansible-playbook [--check] --diff PLAYBOOK`` through ansible-runner; returns its events.
+
+    ``on_event`` sees every event as it arrives (live progress); with ``quiet=False`` the
+    playbook's own output is copied to stderr (stdout is the report's).
+    """
     try:
         import ansible_runner
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise FabricopsError(f"ansible-runner is not installed ({exc}); pip install ansible-runner") from exc
 
     root = project_root()
-    playbook = Path(playbook)
-    if not playbook.is_absolute():
-        playbook = (Path.cwd() / playbook) if (Path.cwd() / playbook).exists() else root / playbook
-    if not playbook.exists():
-        raise FabricopsError(f"playbook {playbook} does not exist")
-    cmd: list[str] = ["--diff"]
-    if check:
-        cmd.insert(0, "--check")
-    for ev in extra_vars:
-        cmd += ["-e", ev]
-    if skip_tags:
-        cmd += ["--skip-tags", ",".join(skip_tags)]
-    if tags:
-        cmd += ["--tags", tags]
-    env = {
-        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or str(root / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        # ansible-playbook from the same environment as this command (a venv need not be activated)
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+    playbook = _playbook_path(playbook, root)
+    cmd = _options(check, extra_vars, skip_tags, tags)
+
+    def handler(event: dict[str, Any]) -> bool:
+        if not quiet and event.get("stdout"):
+            print(event["stdout"], file=sys.stderr, flush=True)
+        if on_event is not None:
+            on_event(event)
+        return True
+
     kwargs: dict[str, Any] = {
         "project_dir": str(root),
         "playbook": str(playbook),
         "cmdline": " ".join(shlex.quote(c) for c in cmd),
-        "envvars": env,
-        "quiet": quiet,
+        "envvars": _env(root),
+        "quiet": True,  # ansible-runner would print the playbook's output on stdout
+        "event_handler": handler,
     }
-    if inventory:
-        inv = Path(inventory)
-        kwargs["inventory"] = str(inv if inv.is_absolute() else (Path.cwd() / inv).resolve())
+    inv = _inventory(inventory)
+    if inv and "," in inv:  # ansible-runner would take a string that is no path for INI text
+        kwargs["cmdline"] += f" -i {shlex.quote(inv)}"
+    elif inv:
+        kwargs["inventory"] = inv
     if limit:
         kwargs["limit"] = limit
     with tempfile.TemporaryDirectory(prefix="fabricops-drift-") as tmp:
