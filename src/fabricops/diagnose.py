@@ -1024,7 +1024,7 @@ def cmd_diagnose(args) -> int:
         try:
             ctx = context_from_hostvars(hostvars, args.profile)
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
-            raise BadInput(f"malformed fabricops_roce or fabricops_cabling in the inventory ({exc})") from None
+            raise BadInput(f"malformed fabricops_roce or fabricops_cabling ({exc})") from None
         notes = []
         started = time.monotonic()
         out.line(f"collecting evidence from {len(hosts)} hosts: {', '.join(hosts)}")

@@ -15,7 +15,6 @@ import sys
 from typing import Any
 
 from fabricops.errors import CouldNotRun, UsageError
-
 from fabricops.plan import writers
 from fabricops.plan.catalog import SWITCHES, PlanInputError
 from fabricops.plan.recommend import BUDGETS, Plan, make_plan
@@ -67,9 +66,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--precision", default="bf16", help="gradient precision: fp32, bf16, fp16, fp8 (default bf16)"
     )
-    p.add_argument("--step-time", type=finite, default=1.0, help="training step time in seconds (default 1.0)")
+    p.add_argument("--step-time", type=finite, default=1.0, help="training step time in seconds (default 1)")
     p.add_argument(
-        "--comm-share", type=finite, default=0.5, help="share of the step communication may take (default 0.5)"
+        "--comm-share", type=finite, default=0.5, help="share of the step communication may take (default .5)"
     )
     p.add_argument(
         "--strategy", choices=("dp", "sharded"), default="dp", help="dp all-reduce or sharded (ZeRO-3/FSDP)"
