@@ -217,3 +217,43 @@ def test_module_without_diff_gets_a_note():
     rep = dr.from_events([ev])
     assert rep.items[0].note == "would install MLNX_OFED 24.10-1.1.4.0"
     assert rep.exit_status() == EXIT_DRIFT
+
+
+def test_targeted_host_without_a_result_is_not_checked_never_no_drift():
+    # serial batches: the run stopped before gpu05's batch; gpu05 has no event at all
+    rep = dr.from_events(events("check-clean.jsonl"), targets=["gpu04", "gpu05"])
+    assert rep.unseen == ["gpu05"] and list(rep.not_checked) == ["gpu05"]
+    assert rep.clean_hosts == ["gpu04"] and rep.exit_status() == EXIT_NORUN
+    text = dr.terminal(rep)
+    assert "no drift: gpu04" in text and "not checked: gpu05" in text and "NO DRIFT" not in text
+    suite = ET.fromstring(dr.to_junit(rep))
+    assert suite.find("testcase[@name='gpu05']/error").get("message") == "not checked"
+    # drift elsewhere still wins (3) and the unchecked host stays listed
+    drift = dr.from_events(events("check-pfc-drift.jsonl"), targets=["gpu04", "gpu05"])
+    assert drift.exit_status() == EXIT_DRIFT and json.loads(dr.to_json(drift))["not_checked"] == {
+        "gpu05": "no result (the run never reached it)"
+    }
+
+
+def test_zero_hosts_is_could_not_run():
+    rep = dr.from_events([{"event": "playbook_on_stats", "event_data": {}}])
+    assert rep.hosts == [] and rep.exit_status() == EXIT_NORUN
+    assert "NOTHING CHECKED" in dr.terminal(rep) and "NO DRIFT" not in dr.terminal(rep)
+
+
+def test_live_progress_per_host_and_phase():
+    from fabricops.cliopts import Progress
+    from fabricops.drift.progress import DriftProgress
+
+    live = DriftProgress(Progress(False))
+    for ev in events("check-pfc-drift.jsonl"):
+        live(ev)
+    assert live.lines[0].startswith("check: play 1: GPU hosts")
+    assert any(ln.startswith("gpu04: roce_host checked (") and ln.endswith(", 1 would change)")
+               for ln in live.lines)
+    assert any(ln.startswith("gpu04: mlnx_ofed checked (") for ln in live.lines)
+    assert live.lines[-1] == "check: done, 1 hosts reported"
+    unreachable = DriftProgress(Progress(False))
+    for ev in events("check-unreachable.jsonl"):
+        unreachable(ev)
+    assert any(ln.startswith("gpu04: UNREACHABLE (") for ln in unreachable.lines)
