@@ -9,7 +9,10 @@ the hosts diagnosed; and, for switches in the inventory, their PFC/ECN state.
 Analysis (:func:`analyse`, pure, unit-tested) maps the evidence to the troubleshooting table in
 docs/troubleshooting.md. Each :class:`Finding` has a symptom, evidence, cause and remedy; findings
 are ordered by likelihood (a hard fault before the misconfiguration it would mask). A healthy
-fabric gives no finding. Exit status: 0 no finding, 1 findings, 2 bad input.
+fabric gives no finding. Exit status (docs/cli.md): 0 every host gave evidence and none shows a
+fault; 1 a fault was found; 4 could not run: no evidence (no host, every command failed, an
+unreachable host and no fault elsewhere: such hosts are listed, never called healthy), a missing
+file or inventory; 5 the evidence or its context is malformed; 2 usage error.
 """
 
 from __future__ import annotations
@@ -26,7 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabricops.errors import FabricopsError, ParseError
+from fabricops import cliopts
+from fabricops.errors import (
+    EXIT_FAILED,
+    EXIT_NORUN,
+    EXIT_OK,
+    BadInput,
+    CouldNotRun,
+    FabricopsError,
+    ParseError,
+    UsageError,
+)
 from fabricops.monitor.collector import (
     PFC_STATS,
     SourceError,
@@ -82,7 +95,9 @@ ETHTOOL_GAP_S = 2.0
 
 
 class DiagnoseError(FabricopsError):
-    exit_status = 2
+    """Evidence or context that cannot be used (exit status 5: invalid input data)."""
+
+    exit_status = 5
 
 
 @dataclass
@@ -757,12 +772,50 @@ def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = Non
 # --- output ------------------------------------------------------------------------------------
 
 
-def to_json(findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = ()) -> str:
+#: Evidence without which no port/link verdict can be given: a host without any of these readable
+#: (rc 0 and some output) was not examined, whatever else it answered.
+CORE_EVIDENCE = ("sysfs", "ibstat", "ibv_devinfo")
+
+
+def no_evidence(evidence: Mapping[str, Raw]) -> dict[str, str]:
+    """host -> why it gave no usable evidence (unreachable, or every core command failed)."""
+    out = {}
+    for host, raw in evidence.items():
+        items = [v for v in raw.values() if isinstance(v, Mapping)]
+        if any((raw.get(k) or {}).get("rc") == 0 and str((raw.get(k) or {}).get("stdout") or "").strip()
+               for k in CORE_EVIDENCE):
+            continue
+        if items and all(v.get("rc") == 255 and not str(v.get("stdout") or "").strip() for v in items):
+            out[host] = "unreachable over SSH, no evidence"
+        elif not items:
+            out[host] = "no evidence in the file"
+        else:
+            out[host] = f"no readable {'/'.join(CORE_EVIDENCE)} (every one failed or was empty)"
+    return dict(sorted(out.items()))
+
+
+def exit_status(findings: Sequence[Finding], hosts: Sequence[str], missing: Mapping[str, str]) -> int:
+    """1 a fault found; 4 no host, or a host without evidence and no fault elsewhere; 0 healthy."""
+    if findings:
+        return EXIT_FAILED
+    if not hosts or missing:
+        return EXIT_NORUN
+    return EXIT_OK
+
+
+def to_json(
+    findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = (),
+    missing: Mapping[str, str] | None = None,
+) -> str:
+    missing = dict(missing or {})
+    status = exit_status(findings, hosts, missing)
     return (
         json.dumps(
             {
                 "hosts": list(hosts),
-                "healthy": not findings,
+                "healthy": status == EXIT_OK,
+                "exit_status": status,
+                "not_checked": missing,
                 "notes": list(notes),
                 "findings": [asdict(f) for f in findings],
             },
@@ -772,16 +825,55 @@ def to_json(findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[s
     )
 
 
-def terminal(findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = ()) -> str:
+def to_junit(
+    findings: Sequence[Finding], hosts: Sequence[str], missing: Mapping[str, str] | None = None
+) -> str:
+    """One test case per host: a failure per finding, an error for a host without evidence."""
+    import xml.etree.ElementTree as ET
+
+    missing = dict(missing or {})
+    suite = ET.Element("testsuite", name="fabricops diagnose")
+    by_host: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_host.setdefault(f.host, []).append(f)
+    failures = errors = 0
+    for host in sorted(set(hosts) | set(by_host)) or ["-"]:
+        case = ET.SubElement(suite, "testcase", classname="fabricops.diagnose", name=host)
+        if host in missing or host == "-":
+            errors += 1
+            ET.SubElement(case, "error", message="not checked").text = missing.get(host, "no hosts")
+        for f in by_host.get(host, []):
+            failures += 1
+            el = ET.SubElement(case, "failure", message=f.cause, type=f.kind)
+            el.text = "\n".join([f"symptom: {f.symptom}", *(f"evidence: {e}" for e in f.evidence),
+                                 f"remedy: {f.remedy}"])
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def terminal(
+    findings: Sequence[Finding], hosts: Sequence[str], notes: Sequence[str] = (),
+    missing: Mapping[str, str] | None = None,
+) -> str:
+    missing = dict(missing or {})
     lines = []
-    if not findings:
+    examined = [h for h in hosts if h not in missing]
+    if not findings and examined and not missing:
         lines.append(f"no finding on {', '.join(hosts)}: the evidence matches a healthy fabric")
+    elif not findings and examined:
+        lines.append(f"no finding on {', '.join(examined)}; the other hosts gave no evidence, so no verdict")
+    elif not findings:
+        lines.append("no evidence from any host: no verdict")
     for n, f in enumerate(findings, 1):
         lines.append(f"{n}. [{f.host}{' ' + f.device if f.device else ''}] {f.cause}")
         lines.append(f"   symptom:  {f.symptom}")
         for e in f.evidence:
             lines.append(f"   evidence: {e}")
         lines.append(f"   remedy:   {f.remedy}")
+    for host, why in missing.items():
+        lines.append(f"NOT CHECKED: {host}: {why}")
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
@@ -795,14 +887,16 @@ def register(subparsers) -> None:
         help="collect fabric evidence from hosts and name the likely cause",
         description="Collect ibv_devinfo, ibstat, port counters, mlnx_qos, ethtool PFC counters, DCQCN, "
         "NVLink status, NCCL profile, IPoIB reachability and switch PFC/ECN state, and map them to the "
-        "troubleshooting table (docs/troubleshooting.md). Exit 0: no finding; 1: findings; 2: bad input.",
+        "troubleshooting table (docs/troubleshooting.md). Exit 0: every host gave evidence, no finding; "
+        "1: findings; 4: no evidence (no verdict); 5: malformed evidence; 2: usage error (docs/cli.md).",
     )
     p.add_argument(
-        "hosts", nargs="*", metavar="HOST", help="hosts to diagnose (default: every gpu_hosts host)"
+        "hosts", nargs="*", metavar="HOST",
+        help="deprecated: hosts to diagnose; use -l/--limit (default: every gpu_hosts host)",
     )
-    p.add_argument("-i", "--inventory", help="Ansible inventory (default: ansible.cfg's)")
+    cliopts.add_common(p, limit_default=None,
+                       limit_help="host pattern or group to diagnose (default: gpu_hosts)")
     p.add_argument("--profile", help="hardware profile (default: the inventory's fabricops_hardware_profile)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the findings as JSON")
     p.add_argument("--no-switches", action="store_true", help="do not read the switches' PFC/ECN state")
     p.add_argument(
         "--from-evidence",
@@ -832,53 +926,125 @@ def from_ansible(doc: Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def _load_evidence_dir(directory: Path) -> tuple[dict[str, Raw], Context, list[str]]:
+def _check_raw(path: Path, raw: Any) -> dict[str, Any]:
+    """Evidence is {key: {"rc": int|None, "stdout": str, ...}}; anything else is malformed."""
+    if not isinstance(raw, Mapping):
+        raise DiagnoseError(f"{path}: not evidence JSON (expected an object of command results)")
+    for key, item in raw.items():
+        if not isinstance(item, Mapping):
+            raise DiagnoseError(f"{path}: not evidence JSON ({key!r} is not a command result object)")
+        rc, out = item.get("rc"), item.get("stdout", "")
+        if (rc is not None and not isinstance(rc, int)) or not isinstance(out, str | type(None)):
+            raise DiagnoseError(f"{path}: not evidence JSON ({key!r}: rc must be a number, stdout text)")
+    return dict(raw)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CouldNotRun(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DiagnoseError(f"{path}: not JSON ({str(exc).splitlines()[0]})") from None
+
+
+def context_from_file(path: Path, profile: str | None = None) -> Context:
+    """context.json (written by playbooks/diagnose.yml): one sentence when it is malformed."""
+    hostvars = _read_json(path) if path.is_file() else {}
+    if not isinstance(hostvars, Mapping):
+        raise DiagnoseError(f"{path}: not a context object (expected the hosts' variables as a mapping)")
+    try:
+        ctx = context_from_hostvars(hostvars, profile)
+        states = hostvars.get("switch_states") or {}
+        if not isinstance(states, Mapping) or not all(isinstance(v, Mapping) for v in states.values()):
+            raise TypeError("switch_states must map switch names to their state")
+        for name, state in states.items():
+            ctx.switches[str(name)] = dict(state)
+    except DiagnoseError as exc:
+        raise DiagnoseError(f"{path}: {exc}") from None
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise DiagnoseError(f"{path}: malformed context ({exc})") from None
+    return ctx
+
+
+def _load_evidence_dir(
+    directory: Path, profile: str | None = None
+) -> tuple[dict[str, Raw], Context, list[str]]:
     if not directory.is_dir():
-        raise DiagnoseError(f"{directory}: no such directory")
+        raise CouldNotRun(f"{directory}: no such directory (give --from-evidence the directory "
+                          "playbooks/diagnose.yml wrote)")
     evidence = {}
     for f in sorted(directory.glob("*.json")):
         if f.name == "context.json":
             continue
+        doc = _read_json(f)
         try:
-            evidence[f.stem] = from_ansible(json.loads(f.read_text()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DiagnoseError(f"{f}: not evidence JSON ({exc})") from None
-    ctx_file = directory / "context.json"
-    hostvars = json.loads(ctx_file.read_text()) if ctx_file.is_file() else {}
-    ctx = context_from_hostvars(hostvars)
-    for name, state in (hostvars.get("switch_states") or {}).items():
-        ctx.switches[name] = state
+            evidence[f.stem] = _check_raw(f, from_ansible(doc) if isinstance(doc, Mapping) else doc)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DiagnoseError(f"{f}: not evidence JSON ({type(exc).__name__}: {exc})") from None
+    ctx = context_from_file(directory / "context.json", profile)
     if not evidence:
-        raise DiagnoseError(f"{directory}: no HOST.json evidence files")
+        raise CouldNotRun(f"{directory}: no HOST.json evidence files: nothing to diagnose")
     return evidence, ctx, []
 
 
+def _hosts_pattern(args) -> str:
+    if args.hosts and args.limit:
+        raise UsageError("give the hosts either with -l/--limit or as arguments (deprecated), not both")
+    if args.hosts:
+        print("fabricops diagnose: HOST arguments are deprecated; use -l/--limit "
+              f"{':'.join(args.hosts)}", file=sys.stderr)
+        return ":".join(args.hosts)
+    return args.limit or "gpu_hosts"
+
+
 def cmd_diagnose(args) -> int:
-    def progress(msg: str) -> None:
-        print(f"  .. {msg}", file=sys.stderr, flush=True)
+    from fabricops.verify.cli import check_profile
+
+    cliopts.check_outputs(args)
+    check_profile(args.profile)
+    pattern = _hosts_pattern(args)
+    extra = cliopts.extra_vars(args.extra_vars)
+    out = cliopts.Progress(cliopts.progress_wanted(args))
 
     if args.from_evidence:
-        evidence, ctx, notes = _load_evidence_dir(args.from_evidence)
+        evidence, ctx, notes = _load_evidence_dir(args.from_evidence, args.profile)
         hosts = sorted(evidence)
     else:
         from fabricops.verify.transport import Fabric
 
-        pattern = ":".join(args.hosts) if args.hosts else "gpu_hosts"
-        fabric = Fabric(args.inventory, pattern)
+        cliopts.read_inventory(args.inventory)
+        try:
+            fabric = Fabric(args.inventory, pattern)
+        except FabricopsError as exc:
+            raise CouldNotRun(str(exc)) from None
         hosts = list(fabric.hosts)
-        hostvars = fabric.hostvars(hosts[0])
-        ctx = context_from_hostvars(hostvars, args.profile)
+        hostvars = {**fabric.hostvars(hosts[0]), **extra}
+        try:
+            ctx = context_from_hostvars(hostvars, args.profile)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            raise BadInput(f"malformed fabricops_roce or fabricops_cabling ({exc})") from None
         notes = []
         started = time.monotonic()
-        evidence = collect(fabric.run, hosts, progress)
+        out.line(f"collecting evidence from {len(hosts)} hosts: {', '.join(hosts)}")
+        evidence = collect(fabric.run, hosts, out.line)
         if not args.no_switches and ctx.cabling:
             ctx.switches, notes = switch_states(fabric, ctx.cabling, hosts, ctx.lossless_priority)
-        progress(f"collected in {time.monotonic() - started:.1f} s")
-        unreachable = [h for h, r in evidence.items() if all(i.get("rc") == 255 for i in r.values())]
-        for h in unreachable:
-            notes.append(f"{h}: unreachable over SSH, no evidence")
+        out.line(f"collected in {time.monotonic() - started:.1f} s")
+        out.done()
+    missing = no_evidence(evidence)
     findings = analyse(evidence, ctx)
-    print(terminal(findings, hosts, notes), end="")
+    status = exit_status(findings, hosts, missing)
+    text = terminal(findings, hosts, notes, missing)
+    if not cliopts.json_to_stdout(args):
+        sys.stdout.write(text)
+    elif args.verbose and not args.quiet:
+        sys.stderr.write(text)
+    if status == EXIT_NORUN and not args.quiet:
+        print(f"fabricops diagnose: no verdict: no evidence from {', '.join(missing) or 'any host'}",
+              file=sys.stderr)
     if args.json:
-        args.json.write_text(to_json(findings, hosts, notes))
-    return 1 if findings else 0
+        cliopts.write_output(args.json, to_json(findings, hosts, notes, missing), "--json")
+    if args.junit:
+        cliopts.write_output(args.junit, to_junit(findings, hosts, missing), "--junit")
+    return status

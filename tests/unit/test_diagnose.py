@@ -9,6 +9,7 @@ from captures import read_fixture
 
 from fabricops import diagnose as d
 from fabricops.cli import main
+from fabricops.errors import EXIT_BADINPUT, EXIT_NORUN
 
 CTX = d.Context(expected_rate_gbps={"InfiniBand": 400.0}, lossless_priority=3)
 
@@ -267,11 +268,12 @@ def test_from_ansible_and_cli_from_evidence(tmp_path, capsys):
 
 
 def test_cli_bad_input(tmp_path, capsys):
-    assert main(["diagnose", "--from-evidence", str(tmp_path / "nope")]) == 2
+    # a missing directory: could not run; a context naming no profile: invalid input data (docs/cli.md)
+    assert main(["diagnose", "--from-evidence", str(tmp_path / "nope")]) == EXIT_NORUN
     assert "no such directory" in capsys.readouterr().err
     (tmp_path / "context.json").write_text(json.dumps({"fabricops_hardware_profile": "no-such-profile"}))
     (tmp_path / "h.json").write_text(json.dumps(evidence()))
-    assert main(["diagnose", "--from-evidence", str(tmp_path)]) == 2
+    assert main(["diagnose", "--from-evidence", str(tmp_path)]) == EXIT_BADINPUT
 
 
 @pytest.mark.parametrize("text", ["", "garbage:line\n"])

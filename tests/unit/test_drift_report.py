@@ -10,6 +10,7 @@ import pytest
 from captures import read_fixture
 
 from fabricops.drift import report as dr
+from fabricops.errors import EXIT_DRIFT, EXIT_NORUN
 
 
 def events(name: str) -> list[dict]:
@@ -19,7 +20,7 @@ def events(name: str) -> list[dict]:
 def test_pfc_drift_is_exactly_one_item():
     rep = dr.from_events(events("check-pfc-drift.jsonl"))
     assert rep.hosts == ["gpu04"]
-    assert rep.exit_status() == 2
+    assert rep.exit_status() == EXIT_DRIFT
     assert len(rep.items) == 1
     item = rep.items[0]
     assert (item.host, item.role, item.item) == ("gpu04", "roce_host", "enp170s0f0np0")
@@ -36,7 +37,7 @@ def test_clean_run_is_exit_0():
 
 def test_trust_and_nccl_conf_drift():
     rep = dr.from_events(events("check-trust-nccl-drift.jsonl"))
-    assert rep.exit_status() == 2
+    assert rep.exit_status() == EXIT_DRIFT
     by_role = {i.role: i for i in rep.items}
     assert set(by_role) == {"roce_host", "nccl_profile"}
     qos = by_role["roce_host"]
@@ -79,7 +80,7 @@ def test_unreachable_is_a_failed_run_never_no_drift():
     assert rep.items == []
     assert list(rep.unreachable) == ["gpu04"]
     assert "Connection refused" in rep.unreachable["gpu04"]
-    assert rep.exit_status() == 1
+    assert rep.exit_status() == EXIT_NORUN
     text = dr.terminal(rep)
     assert "UNREACHABLE" in text and "NO DRIFT" not in text
     suite = ET.fromstring(dr.to_junit(rep))
@@ -89,7 +90,7 @@ def test_unreachable_is_a_failed_run_never_no_drift():
 def test_unreachable_host_with_a_successful_status_still_fails():
     # even if the runner said "successful", an unreachable host is never counted as clean
     rep = dr.from_events(events("check-unreachable.jsonl"))
-    assert rep.exit_status() == 1
+    assert rep.exit_status() == EXIT_NORUN
 
 
 def test_failed_task_and_runner_status():
@@ -103,16 +104,16 @@ def test_failed_task_and_runner_status():
     }
     rep = dr.from_events([ev], status="failed", rc=2)
     assert rep.failed == {"gpu03": "Check the input: mlnx_ofed_version is not set"}
-    assert rep.exit_status() == 1
+    assert rep.exit_status() == EXIT_NORUN
     ignored = dict(ev, event_data=dict(ev["event_data"], ignore_errors=True))
     assert dr.from_events([ignored]).exit_status() == 0
-    assert dr.from_events([], status="failed", rc=1).exit_status() == 1
+    assert dr.from_events([], status="failed", rc=1).exit_status() == EXIT_NORUN
 
 
 def test_json_and_junit():
     rep = dr.from_events(events("check-pfc-drift.jsonl"))
     data = json.loads(dr.to_json(rep))
-    assert data["exit_status"] == 2 and data["drifted_hosts"] == ["gpu04"]
+    assert data["exit_status"] == EXIT_DRIFT and data["drifted_hosts"] == ["gpu04"]
     assert data["items"][0]["changes"] == [
         {"key": "pfc", "before": "0,0,0,0,0,0,0,0", "after": "0,0,0,1,0,0,0,0"}
     ]
@@ -215,4 +216,44 @@ def test_module_without_diff_gets_a_note():
     }
     rep = dr.from_events([ev])
     assert rep.items[0].note == "would install MLNX_OFED 24.10-1.1.4.0"
-    assert rep.exit_status() == 2
+    assert rep.exit_status() == EXIT_DRIFT
+
+
+def test_targeted_host_without_a_result_is_not_checked_never_no_drift():
+    # serial batches: the run stopped before gpu05's batch; gpu05 has no event at all
+    rep = dr.from_events(events("check-clean.jsonl"), targets=["gpu04", "gpu05"])
+    assert rep.unseen == ["gpu05"] and list(rep.not_checked) == ["gpu05"]
+    assert rep.clean_hosts == ["gpu04"] and rep.exit_status() == EXIT_NORUN
+    text = dr.terminal(rep)
+    assert "no drift: gpu04" in text and "not checked: gpu05" in text and "NO DRIFT" not in text
+    suite = ET.fromstring(dr.to_junit(rep))
+    assert suite.find("testcase[@name='gpu05']/error").get("message") == "not checked"
+    # drift elsewhere still wins (3) and the unchecked host stays listed
+    drift = dr.from_events(events("check-pfc-drift.jsonl"), targets=["gpu04", "gpu05"])
+    assert drift.exit_status() == EXIT_DRIFT and json.loads(dr.to_json(drift))["not_checked"] == {
+        "gpu05": "no result (the run never reached it)"
+    }
+
+
+def test_zero_hosts_is_could_not_run():
+    rep = dr.from_events([{"event": "playbook_on_stats", "event_data": {}}])
+    assert rep.hosts == [] and rep.exit_status() == EXIT_NORUN
+    assert "NOTHING CHECKED" in dr.terminal(rep) and "NO DRIFT" not in dr.terminal(rep)
+
+
+def test_live_progress_per_host_and_phase():
+    from fabricops.cliopts import Progress
+    from fabricops.drift.progress import DriftProgress
+
+    live = DriftProgress(Progress(False))
+    for ev in events("check-pfc-drift.jsonl"):
+        live(ev)
+    assert live.lines[0].startswith("check: play 1: GPU hosts")
+    assert any(ln.startswith("gpu04: roce_host checked (") and ln.endswith(", 1 would change)")
+               for ln in live.lines)
+    assert any(ln.startswith("gpu04: mlnx_ofed checked (") for ln in live.lines)
+    assert live.lines[-1] == "check: done, 1 hosts reported"
+    unreachable = DriftProgress(Progress(False))
+    for ev in events("check-unreachable.jsonl"):
+        unreachable(ev)
+    assert any(ln.startswith("gpu04: UNREACHABLE (") for ln in unreachable.lines)

@@ -8,6 +8,7 @@ import pytest
 from captures import FIXTURES, read_fixture
 
 from fabricops.cli import main
+from fabricops.errors import EXIT_BADINPUT, EXIT_NORUN
 from fabricops.parsers import PARSERS
 
 
@@ -44,7 +45,7 @@ def test_parse_reads_capture(tool, folder, name, tmp_path, capsys):
     path.write_text(read_fixture(folder, name))
     if "noheader" in name:
         # CSV without its header cannot say which fields it holds: refused, not guessed.
-        assert main(["parse", tool, str(path)]) == 2
+        assert main(["parse", tool, str(path)]) == EXIT_BADINPUT
         assert "include the header" in capsys.readouterr().err
         return
     assert main(["parse", tool, str(path)]) == 0
@@ -56,7 +57,7 @@ def test_parse_reads_capture(tool, folder, name, tmp_path, capsys):
 
 @pytest.mark.parametrize("tool", sorted(PARSERS))
 def test_parse_refuses_other_tools_output(tool, tmp_path, capsys):
-    """Every capture of an unrelated tool must be refused with exit 2 and one line."""
+    """Every capture of an unrelated tool must be refused with exit 5 (invalid input) and one line."""
     # Tools that read the same command's output in another form are related, not "other".
     others = [
         (t, d, n)
@@ -69,7 +70,7 @@ def test_parse_refuses_other_tools_output(tool, tmp_path, capsys):
         path.write_text(read_fixture(folder, name))
         status = main(["parse", tool, str(path)])
         out, err = capsys.readouterr()
-        assert status == 2, f"{tool} accepted {other_tool} capture {folder}/{name}: {out[:200]}"
+        assert status == EXIT_BADINPUT, f"{tool} accepted {other_tool} capture {folder}/{name}: {out[:200]}"
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"fabricops parse: input is not {tool}"), err
         assert "Traceback" not in err
@@ -83,13 +84,13 @@ EMPTY_IS_OUTPUT = {"nvue-config-diff"}
 def test_parse_refuses_empty_input(tool, tmp_path, capsys):
     path = tmp_path / "empty.txt"
     path.write_text("")
-    assert main(["parse", tool, str(path)]) == 2
+    assert main(["parse", tool, str(path)]) == EXIT_BADINPUT
     _, err = capsys.readouterr()
     assert err.startswith(f"fabricops parse: input is not {tool}")
 
 
 def test_parse_unknown_file_is_one_line(capsys):
-    assert main(["parse", "ibstat", "/nonexistent/file"]) == 1
+    assert main(["parse", "ibstat", "/nonexistent/file"]) == EXIT_NORUN
     _, err = capsys.readouterr()
     assert err.strip().splitlines() == [
         "fabricops parse: cannot read /nonexistent/file: No such file or directory"

@@ -5,16 +5,19 @@ through ansible-runner, and reports each drifted task with its before -> after v
 summary, JSON and JUnit. Nothing is changed unless ``--fix`` is given: then the same playbook is
 applied and checked again.
 
-Exit status: 0 no drift; 2 drift found (after ``--fix``: drift remains); 1 the run itself failed
-(failed or unreachable hosts are listed and never counted as "no drift").
+Exit status (docs/cli.md): 0 no drift on every targeted host; 3 drift found (after ``--fix``: drift
+remains); 4 could not run: the inventory is missing, broken or empty, the playbook targets no host,
+or a host was not checked (unreachable, failed, never reached) and no drift was found elsewhere
+(when drift was found elsewhere the status is 3 and the hosts not checked are listed). 2 usage.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+from fabricops import cliopts
 from fabricops.drift import report as drift_report
+from fabricops.errors import EXIT_NORUN, CouldNotRun
 
 
 def register(subparsers) -> None:
@@ -22,52 +25,86 @@ def register(subparsers) -> None:
         "drift",
         help="report what drifted from the declared state (check mode; --fix applies)",
         description="Run the playbooks in check mode with --diff through ansible-runner and report, per host "
-        "and switch, every task that would change something (before -> after). Exit 0: no drift; 2: drift "
-        "found; 1: the run failed (unreachable or failed hosts are listed, never counted as no drift).",
+        "and switch, every task that would change something (before -> after). Exit 0: no drift on every "
+        "targeted host; 3: drift found; 4: could not run (no/broken/empty inventory, no host, or a host not "
+        "checked and no drift elsewhere); 2: usage error (docs/cli.md).",
     )
-    p.add_argument("-i", "--inventory", help="Ansible inventory (default: ansible.cfg's, the lab)")
-    p.add_argument("--limit", "-l", help="host pattern (ansible-playbook --limit)")
+    cliopts.add_common(p, limit_default=None, limit_help="host pattern (ansible-playbook --limit)")
     p.add_argument("--playbook", default="site.yml", help="playbook to check (default: site.yml)")
-    p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
-                   help="extra variables as for ansible-playbook -e (repeatable; the same as the converge)")
     p.add_argument("--tags", help="only these tags (ansible-playbook --tags)")
     p.add_argument("--skip-tags", default="verify",
                    help="tags to leave out (default: verify; '' for none)")
     p.add_argument("--fix", action="store_true", help="apply the playbook (not check mode), then check again")
-    p.add_argument("--json", type=Path, metavar="FILE", help="write the JSON report")
-    p.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report (one case per host)")
-    p.add_argument("--artifacts", type=Path, metavar="DIR",
+    p.add_argument("--artifacts", metavar="DIR",
                    help="keep ansible-runner's private data directory (events, stdout) here")
-    p.add_argument("-v", "--verbose", action="store_true", help="print ansible-playbook's output too")
     p.set_defaults(func=cmd_drift)
 
 
-def _run(args, check: bool, artifacts: Path | None) -> drift_report.DriftReport:
+def _skip(args) -> tuple[str, ...]:
+    return tuple(t for t in (args.skip_tags or "").split(",") if t)
+
+
+def _run(args, check: bool, artifacts, targets, out, label: str) -> drift_report.DriftReport:
+    from fabricops.drift.progress import DriftProgress
     from fabricops.drift.runner import run_playbook
 
-    skip = tuple(t for t in (args.skip_tags or "").split(",") if t)
+    live = DriftProgress(out, check_mode=check, label=label)
     run = run_playbook(
         args.playbook, inventory=args.inventory, limit=args.limit, check=check, extra_vars=args.extra_vars,
-        skip_tags=skip, tags=args.tags, keep_artifacts=artifacts, quiet=not args.verbose,
+        skip_tags=_skip(args), tags=args.tags, keep_artifacts=artifacts,
+        quiet=not (args.verbose and not args.quiet), on_event=live,
     )
-    return drift_report.from_events(run.events, check_mode=check, status=run.status, rc=run.rc)
+    out.done()
+    return drift_report.from_events(run.events, check_mode=check, status=run.status, rc=run.rc,
+                                    targets=targets)
 
 
 def cmd_drift(args) -> int:
-    def artifacts(name: str) -> Path | None:
-        return args.artifacts / name if args.artifacts else None
+    from pathlib import Path
 
-    rep = _run(args, check=True, artifacts=artifacts("check"))
+    from fabricops.drift.runner import list_hosts
+
+    cliopts.check_inventory(args.inventory)
+    cliopts.check_outputs(args)
+    to_stdout = cliopts.json_to_stdout(args)
+    out = cliopts.Progress(cliopts.progress_wanted(args))
+
+    def summary(text: str) -> None:
+        """The human summary: stdout, unless stdout carries JSON (then stderr, with -v only)."""
+        if not to_stdout:
+            sys.stdout.write(text)
+        elif args.verbose and not args.quiet:
+            sys.stderr.write(text)
+
+    def artifacts(name: str):
+        return Path(args.artifacts) / name if args.artifacts else None
+
+    targets = list_hosts(args.playbook, inventory=args.inventory, limit=args.limit,
+                         extra_vars=args.extra_vars, skip_tags=_skip(args), tags=args.tags)
+    if not targets:
+        where = args.inventory or "the ansible.cfg inventory"
+        raise CouldNotRun(f"{args.playbook} targets no host of {where}"
+                          + (f" with --limit {args.limit}" if args.limit else "")
+                          + ": nothing to check (is the inventory empty, or the limit wrong?)")
+    out.line(f"checking {len(targets)} hosts/switches: {', '.join(targets)}")
+    rep = _run(args, True, artifacts("check"), targets, out, "check")
     if args.fix and rep.run_ok and rep.items:
-        print(drift_report.terminal(rep, "fabricops drift (before --fix)"), end="")
-        applied = _run(args, check=False, artifacts=artifacts("fix"))
-        print(drift_report.terminal(applied, "fabricops drift --fix"), end="")
-        rep = applied if not applied.run_ok else _run(args, check=True, artifacts=artifacts("recheck"))
+        summary(drift_report.terminal(rep, "fabricops drift (before --fix)"))
+        applied = _run(args, False, artifacts("fix"), targets, out, "fix")
+        summary(drift_report.terminal(applied, "fabricops drift --fix"))
+        if applied.run_ok:
+            applied = _run(args, True, artifacts("recheck"), targets, out, "recheck")
+        rep = applied
     elif args.fix and not rep.run_ok:
-        print("fabricops drift: the check run failed; --fix applies nothing", file=sys.stderr)
-    print(drift_report.terminal(rep), end="")
+        print("fabricops drift: the check run did not complete on every host; --fix applies nothing",
+              file=sys.stderr)
+    summary(drift_report.terminal(rep))
+    status = rep.exit_status()
+    if status == EXIT_NORUN and not args.quiet:
+        why = "; ".join(f"{h}: {w}" for h, w in list(rep.not_checked.items())[:3]) or "no host reported"
+        print(f"fabricops drift: could not check every host ({why})", file=sys.stderr)
     if args.json:
-        args.json.write_text(drift_report.to_json(rep))
+        cliopts.write_output(args.json, drift_report.to_json(rep), "--json")
     if args.junit:
-        args.junit.write_text(drift_report.to_junit(rep))
-    return rep.exit_status()
+        cliopts.write_output(args.junit, drift_report.to_junit(rep), "--junit")
+    return status

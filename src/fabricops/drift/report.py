@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from fabricops.errors import EXIT_DRIFT, EXIT_NORUN, EXIT_OK
+
 REDACTED = "********"
 #: Keys whose values are secrets, wherever they appear (diff lines, messages).
 SECRET_KEY = re.compile(
@@ -78,25 +80,61 @@ class DriftItem:
 class DriftReport:
     check_mode: bool = True
     items: list[DriftItem] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)  #: every host or switch the run touched
+    hosts: list[str] = field(default_factory=list)  #: every host or switch the run reported on
     failed: dict[str, str] = field(default_factory=dict)  #: host -> first failure message
     unreachable: dict[str, str] = field(default_factory=dict)  #: host -> message
     status: str = "successful"  #: ansible-runner's status (successful, failed, timeout, canceled)
     rc: int = 0  #: ansible-playbook's exit status
+    #: hosts the playbook targets (ansible-playbook --list-hosts); None: not known
+    targets: list[str] | None = None
+
+    @property
+    def run_complete(self) -> bool:
+        """ansible-playbook ran to its end with status 0."""
+        return self.status == "successful" and self.rc == 0
 
     @property
     def run_ok(self) -> bool:
-        return not self.failed and not self.unreachable and self.status == "successful" and self.rc == 0
+        return not self.failed and not self.unreachable and self.run_complete
+
+    @property
+    def unseen(self) -> list[str]:
+        """Targeted hosts with no result at all (never reached: an earlier batch stopped the run)."""
+        return sorted(set(self.targets or ()) - set(self.hosts))
+
+    @property
+    def not_checked(self) -> dict[str, str]:
+        """host -> why its drift is unknown: unreachable, failed, or no result. When the run stopped
+        without a host to blame, nobody's check is complete."""
+        out = {h: f"unreachable: {m}" for h, m in self.unreachable.items()}
+        out.update({h: f"failed: {m}" for h, m in self.failed.items() if h not in out})
+        out.update({h: "no result (the run never reached it)" for h in self.unseen})
+        if not self.run_complete and not out:
+            why = f"the run stopped (ansible-runner status {self.status}, rc {self.rc})"
+            out.update({h: why for h in self.hosts if h not in self.drifted_hosts})
+        return dict(sorted(out.items()))
+
+    @property
+    def clean_hosts(self) -> list[str]:
+        """Hosts checked to the end with nothing drifted: the only ones a report calls "no drift"."""
+        bad = set(self.drifted_hosts) | set(self.not_checked)
+        return [h for h in self.hosts if h not in bad]
 
     @property
     def drifted_hosts(self) -> list[str]:
         return sorted({i.host for i in self.items})
 
     def exit_status(self) -> int:
-        """0: no drift, 2: drift found, 1: the run itself failed (never reported as "no drift")."""
-        if not self.run_ok:
-            return 1
-        return 2 if self.items else 0
+        """3 drift found (even where other hosts were not checked: they are listed); 4 could not
+        run (no host checked, or a host not checked and no drift elsewhere); 0 no drift on every
+        targeted host. After --fix (``check_mode=False``): 4 unless the apply run completed."""
+        if not self.check_mode:
+            return EXIT_OK if self.run_ok and self.hosts and not self.unseen else EXIT_NORUN
+        if self.items:
+            return EXIT_DRIFT
+        if not self.hosts or self.not_checked:
+            return EXIT_NORUN
+        return EXIT_OK
 
 
 # --- events -> report ---------------------------------------------------------------------------
@@ -111,10 +149,12 @@ def from_events(
     status: str = "successful",
     rc: int = 0,
     secrets: Iterable[str] = (),
+    targets: Iterable[str] | None = None,
 ) -> DriftReport:
     """Build the report from ansible-runner events (``Runner.events`` or ``job_events/*.json``)."""
     secrets = tuple(secrets)
-    report = DriftReport(check_mode=check_mode, status=status, rc=rc)
+    report = DriftReport(check_mode=check_mode, status=status, rc=rc,
+                         targets=None if targets is None else sorted(set(targets)))
     handler_tasks: set[str] = set()
     hosts: set[str] = set()
     for ev in events:
@@ -283,7 +323,8 @@ def _show(value: str | None) -> str:
 def terminal(report: DriftReport, title: str = "fabricops drift") -> str:
     lines = []
     mode = "check mode, nothing changed" if report.check_mode else "applied, not check mode"
-    lines.append(f"{title} ({mode}): {len(report.hosts)} hosts/switches, "
+    targeted = len(set(report.hosts) | set(report.targets or ()))
+    lines.append(f"{title} ({mode}): {targeted} hosts/switches, "
                  f"{len(report.items)} drifted items on {len(report.drifted_hosts)}")
     by_host: dict[str, list[DriftItem]] = {}
     for item in report.items:
@@ -300,15 +341,27 @@ def terminal(report: DriftReport, title: str = "fabricops drift") -> str:
         lines.append(f"  {host}\n    UNREACHABLE  {msg}")
     for host, msg in sorted(report.failed.items()):
         lines.append(f"  {host}\n    FAILED  {msg}")
-    bad = set(by_host) | set(report.failed) | set(report.unreachable)
-    clean = [h for h in report.hosts if h not in bad]
+    clean = report.clean_hosts
     if clean:
         lines.append(f"  no drift: {', '.join(clean)}")
+    not_checked = report.not_checked
+    if not_checked:
+        lines.append(f"  not checked: {', '.join(not_checked)}")
+        for host, why in not_checked.items():
+            if host not in report.unreachable and host not in report.failed:
+                lines.append(f"    {host}: {why}")
     status = report.exit_status()
-    verdict = {0: "NO DRIFT", 2: "DRIFT FOUND", 1: "RUN FAILED (drift unknown where it failed)"}[status]
-    if not report.check_mode and status != 1:
-        verdict = f"APPLIED {len(report.items)} changes"
-    if not report.run_ok and report.status != "successful" and not (report.failed or report.unreachable):
+    if not report.check_mode:
+        verdict = f"APPLIED {len(report.items)} changes" if status == EXIT_OK else "APPLY DID NOT COMPLETE"
+    elif status == EXIT_OK:
+        verdict = "NO DRIFT"
+    elif status == EXIT_DRIFT:
+        verdict = "DRIFT FOUND" + (f" (and {len(not_checked)} not checked)" if not_checked else "")
+    elif not report.hosts and not report.targets:
+        verdict = "NOTHING CHECKED: the playbook reported on no host"
+    else:
+        verdict = f"NOT CHECKED: {len(not_checked)} of {targeted}, drift unknown there"
+    if not report.run_complete and not (report.failed or report.unreachable):
         verdict += f" (ansible-runner status {report.status}, rc {report.rc})"
     lines.append(f"{verdict} (exit {status})")
     return "\n".join(lines) + "\n"
@@ -321,7 +374,10 @@ def to_data(report: DriftReport) -> dict[str, Any]:
         "status": report.status,
         "rc": report.rc,
         "hosts": report.hosts,
+        "targets": report.targets,
         "drifted_hosts": report.drifted_hosts,
+        "clean_hosts": report.clean_hosts,
+        "not_checked": report.not_checked,
         "unreachable": report.unreachable,
         "failed": report.failed,
         "items": [asdict(i) for i in report.items],
@@ -339,13 +395,15 @@ def to_junit(report: DriftReport) -> str:
     by_host: dict[str, list[DriftItem]] = {}
     for item in report.items:
         by_host.setdefault(item.host, []).append(item)
-    for host in report.hosts or sorted(by_host):
+    not_checked = report.not_checked
+    for host in sorted(set(report.hosts) | set(report.targets or ())) or sorted(by_host):
         case = ET.SubElement(suite, "testcase", classname="fabricops.drift", name=host)
-        if host in report.unreachable or host in report.failed:
+        if host in not_checked:
             errors += 1
-            why = "unreachable" if host in report.unreachable else "failed"
+            why = ("unreachable" if host in report.unreachable
+                   else "failed" if host in report.failed else "not checked")
             el = ET.SubElement(case, "error", message=why)
-            el.text = report.unreachable.get(host) or report.failed.get(host)
+            el.text = report.unreachable.get(host) or report.failed.get(host) or not_checked[host]
         if host in by_host:
             failures += 1
             el = ET.SubElement(case, "failure", message=f"{len(by_host[host])} drifted items")
@@ -356,9 +414,13 @@ def to_junit(report: DriftReport) -> str:
                 if item.note:
                     text.append(f"  {item.note}")
             el.text = "\n".join(text)
-    if not report.run_ok and not (report.unreachable or report.failed):
+    if not report.run_complete and not (report.unreachable or report.failed):
         case = ET.SubElement(suite, "testcase", classname="fabricops.drift", name="ansible-playbook")
         ET.SubElement(case, "error", message=f"run {report.status}, rc {report.rc}")
+        errors += 1
+    elif not report.hosts:
+        case = ET.SubElement(suite, "testcase", classname="fabricops.drift", name="ansible-playbook")
+        ET.SubElement(case, "error", message="no host checked")
         errors += 1
     suite.set("tests", str(len(suite)))
     suite.set("failures", str(failures))

@@ -10,15 +10,19 @@ and returns them as dicts; the drift report is computed from those events, never
 from __future__ import annotations
 
 import os
+import re
 import shlex
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fabricops import paths
-from fabricops.errors import FabricopsError
+from fabricops.cliopts import STRICT_INVENTORY, ansible_error
+from fabricops.errors import CouldNotRun, FabricopsError
 
 #: Phases a drift run leaves out of site.yml by default: verification measures, it declares nothing.
 DEFAULT_SKIP_TAGS = ("verify",)
@@ -50,6 +54,108 @@ def ansible_config(root: Path) -> str | None:
     return str(own) if own.is_file() else None
 
 
+def _locate(playbook: str | Path) -> tuple[Path, Path, str | None]:
+    """(playbook path, directory to run in, ansible.cfg): the playbook as given or the installed
+    collection's own (fabricops.paths); the run starts where its ansible.cfg is, else here."""
+    path = paths.playbook(playbook)
+    config = ansible_config(paths.collection_root())
+    return path, (Path(config).parent if config else Path.cwd()), config
+
+
+def _env(config: str | None) -> dict[str, str]:
+    env = {
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        **STRICT_INVENTORY,  # fail closed: an inventory that does not parse is an error, not "no hosts"
+        # ansible-playbook from the same environment as this command (a venv need not be activated)
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    if config:
+        env["ANSIBLE_CONFIG"] = config
+    return env
+
+
+def _inventory(inventory: str | Path | None) -> str | None:
+    if not inventory:
+        return None
+    text = str(inventory)
+    if "," in text:  # an inline host list (host1,host2,)
+        return text
+    inv = Path(text)
+    return str(inv if inv.is_absolute() else (Path.cwd() / inv).resolve())
+
+
+def _options(check: bool, extra_vars, skip_tags, tags) -> list[str]:
+    cmd: list[str] = ["--diff"]
+    if check:
+        cmd.insert(0, "--check")
+    for ev in extra_vars:
+        cmd += ["-e", ev]
+    if skip_tags:
+        cmd += ["--skip-tags", ",".join(skip_tags)]
+    if tags:
+        cmd += ["--tags", tags]
+    return cmd
+
+
+_HOSTS_HEADER = re.compile(r"^(?P<indent>\s*)hosts \((?P<n>\d+)\):\s*$")
+
+
+def parse_list_hosts(text: str) -> list[str]:
+    """Host names of ``ansible-playbook --list-hosts`` output, every play together."""
+    hosts: set[str] = set()
+    indent = None
+    for line in text.splitlines():
+        m = _HOSTS_HEADER.match(line)
+        if m:
+            indent = len(m.group("indent"))
+            continue
+        if indent is not None:
+            stripped = line.strip()
+            if stripped and len(line) - len(line.lstrip()) > indent:
+                hosts.add(stripped)
+            else:
+                indent = None
+    return sorted(hosts)
+
+
+def list_hosts(
+    playbook: str | Path,
+    *,
+    inventory: str | Path | None = None,
+    limit: str | None = None,
+    extra_vars: list[str] | tuple[str, ...] = (),
+    skip_tags: tuple[str, ...] = DEFAULT_SKIP_TAGS,
+    tags: str | None = None,
+) -> list[str]:
+    """The hosts the playbook targets (``ansible-playbook --list-hosts``): nothing runs on them.
+
+    Raises :class:`CouldNotRun` with ansible's reason when the inventory or playbook cannot be read.
+    """
+    path, cwd, config = _locate(playbook)
+    argv = ["ansible-playbook", "--list-hosts", *_options(False, extra_vars, skip_tags, tags)]
+    inv = _inventory(inventory)
+    if inv:
+        argv += ["-i", inv]
+    if limit:
+        argv += ["--limit", limit]
+    argv.append(str(path))
+    env = {**os.environ, **_env(config)}
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    except FileNotFoundError:
+        raise CouldNotRun("ansible-playbook is not installed (pip install ansible-core)") from None
+    except subprocess.TimeoutExpired:
+        raise CouldNotRun("ansible-playbook --list-hosts did not answer within 300 s") from None
+    if proc.returncode != 0 and "leaves us with no hosts" in proc.stderr:
+        return []  # the limit matches nothing: the caller says so
+    if proc.returncode != 0:
+        where = inventory or "(ansible.cfg default)"
+        raise CouldNotRun(f"cannot read the inventory {where} or the playbook {path.name}: "
+                          f"{ansible_error(proc.stderr)}")
+    return parse_list_hosts(proc.stdout)
+
+
 def run_playbook(
     playbook: str | Path,
     *,
@@ -61,43 +167,41 @@ def run_playbook(
     tags: str | None = None,
     keep_artifacts: Path | None = None,
     quiet: bool = True,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Run:
-    """``ansible-playbook [--check] --diff PLAYBOOK`` through ansible-runner; returns its events."""
+    """``ansible-playbook [--check] --diff PLAYBOOK`` through ansible-runner; returns its events.
+
+    ``on_event`` sees every event as it arrives (live progress); with ``quiet=False`` the
+    playbook's own output is copied to stderr (stdout is the report's).
+    """
     try:
         import ansible_runner
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise FabricopsError(f"ansible-runner is not installed ({exc}); pip install ansible-runner") from exc
 
-    playbook = paths.playbook(playbook)
-    root = paths.collection_root()
-    cmd: list[str] = ["--diff"]
-    if check:
-        cmd.insert(0, "--check")
-    for ev in extra_vars:
-        cmd += ["-e", ev]
-    if skip_tags:
-        cmd += ["--skip-tags", ",".join(skip_tags)]
-    if tags:
-        cmd += ["--tags", tags]
-    env = {
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        # ansible-playbook from the same environment as this command (a venv need not be activated)
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    config = ansible_config(root)
-    if config:
-        env["ANSIBLE_CONFIG"] = config
+    playbook, cwd, config = _locate(playbook)
+    cmd = _options(check, extra_vars, skip_tags, tags)
+
+    def handler(event: dict[str, Any]) -> bool:
+        if not quiet and event.get("stdout"):
+            print(event["stdout"], file=sys.stderr, flush=True)
+        if on_event is not None:
+            on_event(event)
+        return True
+
     kwargs: dict[str, Any] = {
-        "project_dir": str(Path(config).parent if config else Path.cwd()),
+        "project_dir": str(cwd),
         "playbook": str(playbook),
         "cmdline": " ".join(shlex.quote(c) for c in cmd),
-        "envvars": env,
-        "quiet": quiet,
+        "envvars": _env(config),
+        "quiet": True,  # ansible-runner would print the playbook's output on stdout
+        "event_handler": handler,
     }
-    if inventory:
-        inv = Path(inventory)
-        kwargs["inventory"] = str(inv if inv.is_absolute() else (Path.cwd() / inv).resolve())
+    inv = _inventory(inventory)
+    if inv and "," in inv:  # ansible-runner would take a string that is no path for INI text
+        kwargs["cmdline"] += f" -i {shlex.quote(inv)}"
+    elif inv:
+        kwargs["inventory"] = inv
     if limit:
         kwargs["limit"] = limit
     with tempfile.TemporaryDirectory(prefix="fabricops-drift-") as tmp:

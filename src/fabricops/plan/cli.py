@@ -1,20 +1,53 @@
 """``fabricops plan``: from a training job and a GPU count to a fabric design (docs/plan.md).
 
-Exit status: 0 the plan was made (and written); 2 bad input (one sentence says what to fix).
+Exit status (docs/cli.md): 0 the plan was made (and written); 2 usage error: a flag value that is
+not a finite number or that no plan can be made for (one sentence says what to fix); 4 a --json
+or --write-inventory destination that cannot be written. With ``--json -`` stdout carries only the
+JSON (the table is not printed).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
+from fabricops.errors import CouldNotRun, UsageError
 from fabricops.plan import writers
 from fabricops.plan.catalog import SWITCHES, PlanInputError
 from fabricops.plan.recommend import BUDGETS, Plan, make_plan
 
 __all__ = ["register", "render_table", "run"]
+
+
+def finite(text: str) -> float:
+    """A float flag: nan, inf and values that overflow to inf are usage errors, not tracebacks."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _non_finite(data: Any, path: str = "") -> str | None:
+    """The first key whose value is nan or infinite (JSON cannot carry them; a plan must not)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return path or "value"
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _non_finite(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    if isinstance(data, list | tuple):
+        for i, v in enumerate(data):
+            found = _non_finite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def register(subparsers: Any) -> None:
@@ -29,13 +62,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--rails", type=int, default=None, help="NIC ports per node into the fabric (default: one per GPU)"
     )
-    p.add_argument("--model-params", type=float, default=7e9, help="model parameters (default 7e9)")
+    p.add_argument("--model-params", type=finite, default=7e9, help="model parameters (default 7e9)")
     p.add_argument(
         "--precision", default="bf16", help="gradient precision: fp32, bf16, fp16, fp8 (default bf16)"
     )
-    p.add_argument("--step-time", type=float, default=1.0, help="training step time in seconds (default 1.0)")
+    p.add_argument("--step-time", type=finite, default=1.0, help="training step time in seconds (default 1)")
     p.add_argument(
-        "--comm-share", type=float, default=0.5, help="share of the step communication may take (default 0.5)"
+        "--comm-share", type=finite, default=0.5, help="share of the step communication may take (default .5)"
     )
     p.add_argument(
         "--strategy", choices=("dp", "sharded"), default="dp", help="dp all-reduce or sharded (ZeRO-3/FSDP)"
@@ -49,7 +82,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget", choices=BUDGETS, default="high", help="budget (default high)")
     p.add_argument("--cloud", action="store_true", help="the cluster runs in a cloud provider's fabric")
     p.add_argument(
-        "--oversubscription", type=float, default=1.0, help="leaf down:up ratio (default 1 = non-blocking)"
+        "--oversubscription", type=finite, default=1.0, help="leaf down:up ratio (default 1 = non-blocking)"
     )
     p.add_argument("--json", metavar="FILE", default=None, help="write the plan as JSON ('-' for stdout)")
     p.add_argument(
@@ -154,18 +187,31 @@ def run(args: argparse.Namespace) -> int:
             micro_batches=args.micro_batches,
         )
     except PlanInputError as exc:
-        print(f"fabricops plan: {exc}", file=sys.stderr)
-        return 2
-    sys.stdout.write(render_table(plan))
-    if args.json:
-        text = json.dumps(plan.to_dict(), indent=2) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                fh.write(text)
+        raise UsageError(str(exc)) from None
+    except (OverflowError, ValueError, ZeroDivisionError) as exc:
+        raise UsageError(f"these values give no plan ({exc}); use realistic sizes "
+                         "(e.g. --model-params 7e9, --step-time 1)") from None
+    data = plan.to_dict()
+    bad = _non_finite(data)
+    if bad:
+        raise UsageError(f"these values give a plan whose {bad} is not a finite number; "
+                         "use realistic sizes (e.g. --model-params 7e9, --step-time 1)")
+    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    if args.json and args.json != "-":
+        from fabricops.cliopts import check_writable, write_output
+
+        check_writable(args.json, "--json")
+        write_output(args.json, text, "--json")
+    if args.json == "-":
+        sys.stdout.write(text)  # stdout carries only the JSON
+    else:
+        sys.stdout.write(render_table(plan))
     if args.write_inventory:
-        paths = writers.write(plan, args.write_inventory)
+        try:
+            paths = writers.write(plan, args.write_inventory)
+        except OSError as exc:
+            raise CouldNotRun(f"--write-inventory {args.write_inventory}: cannot write "
+                              f"({exc.strerror or exc}: {exc.filename or ''})") from None
         for p in paths:
-            print(f"wrote {p}")
+            print(f"wrote {p}", file=sys.stderr if args.json == "-" else sys.stdout)
     return 0

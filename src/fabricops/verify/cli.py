@@ -1,14 +1,24 @@
 """``fabricops verify``: host, GPU and pairwise checks against an Ansible inventory.
 
-Exit status: 0 every check passed; 1 a check failed or could not run (fails closed); 2 bad input
-(inventory unreadable, unknown profile).
+Exit status (docs/cli.md): 0 every check passed on every host; 1 a check failed on a host that was
+reached (a check that could not run there counts as failed: fails closed); 4 could not run: the
+inventory is missing, broken or matches no host, the counters baseline is missing, every host was
+unreachable, or some host was unreachable and nothing failed elsewhere (it is listed as not
+checked); 5 the counters baseline is not a verify JSON report; 2 usage error (bad flag, unknown
+profile).
 """
 
 from __future__ import annotations
 
+import re
 import sys
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from fabricops import cliopts
+from fabricops.errors import EXIT_NORUN, BadInput, CouldNotRun, FabricopsError, UsageError
 from fabricops.verify.engine import ONLY, Options
 from fabricops.verify.hostchecks import GPU_CHECKS, HOST_CHECKS
 
@@ -19,12 +29,11 @@ def register(subparsers) -> None:
         help="prove the fabric works: hosts, GPUs, and every pair of hosts per rail",
         description="Run the host and GPU checks on every host of the inventory, then ib_write_bw and "
         "ib_write_lat between every pair of hosts per rail in parallel rounds. Exit 0 only when every "
-        "check passed; a check that could not run is a failure.",
+        "check passed on every host; 1 a check failed; 4 could not run (no hosts, unreachable, unreadable "
+        "inventory or baseline); 5 the baseline is not a verify report; 2 usage error (docs/cli.md).",
     )
-    p.add_argument("-i", "--inventory", help="Ansible inventory (default: ansible.cfg's)")
-    p.add_argument(
-        "--limit", default="gpu_hosts", help="host pattern or group to verify (default: gpu_hosts)"
-    )
+    cliopts.add_common(p, limit_default="gpu_hosts",
+                       limit_help="host pattern or group to verify (default: gpu_hosts)")
     p.add_argument("--profile", help="hardware profile (default: the inventory's fabricops_hardware_profile)")
     p.add_argument("--only", choices=ONLY, help="run only the host, GPU or pairwise checks")
     p.add_argument(
@@ -35,8 +44,6 @@ def register(subparsers) -> None:
         help="leave out a check (repeatable); also fabricops_verify_skip in the inventory",
     )
     p.add_argument("--ofed-version", help="pinned MLNX_OFED version (default: from the inventory)")
-    p.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
-    p.add_argument("--json", type=Path, metavar="FILE", help="write a JSON report")
     p.add_argument(
         "--counters-baseline",
         type=Path,
@@ -45,8 +52,75 @@ def register(subparsers) -> None:
     )
     p.add_argument("--serial", action="store_true", help="pairwise tests one at a time (for comparison)")
     p.add_argument("--no-rerun", action="store_true", help="do not re-run failed pairs alone")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_verify)
+
+
+def check_profile(name: str | None) -> None:
+    """An unknown --profile is a usage error, before any host is contacted."""
+    if not name:
+        return
+    from fabricops.model.profiles import ProfileError, load_profile
+
+    try:
+        load_profile(name)
+    except ProfileError as exc:
+        raise UsageError(f"--profile {name}: {exc}") from None
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    import json
+
+    from fabricops.verify.engine import baseline_from_report
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CouldNotRun(f"--counters-baseline {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"--counters-baseline {path}: not a verify --json report (not UTF-8)") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"--counters-baseline {path}: not a fabricops verify --json report ({exc})") from None
+    from fabricops.verify.report import SCHEMA
+
+    if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("results"), list)):  # noqa: E501
+        raise BadInput(f"--counters-baseline {path}: not a fabricops verify --json report "
+                       f"(expected schema {SCHEMA} with results)")
+    try:
+        return baseline_from_report(data)
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise BadInput(f"--counters-baseline {path}: malformed results ({type(exc).__name__})") from None
+
+
+class Reach:
+    """Wraps ``run``: which hosts answered over SSH at least once (rc 255 with no output is SSH's
+    own failure, as the transport reports it)."""
+
+    def __init__(self, run):
+        self._run = run
+        self._lock = threading.Lock()
+        self.reached: set[str] = set()
+        self.unreached: dict[str, str] = {}
+
+    def __call__(self, host: str, command: str, timeout: float = 60) -> Mapping[str, Any]:
+        res = self._run(host, command, timeout)
+        if res.get("rc") == 255 and not (res.get("stdout") or "").strip():
+            # testinfra's exception text is a repr of its CommandResult: keep ssh's own words
+            m = re.search(r"_stderr=b'((?:[^'\\]|\\.)*)'", str(res.get("stderr") or ""))
+            if m:
+                why = m.group(1).replace("\\r", "").replace("\\n", " ").strip()
+                res = {**res, "stderr": f"{host} unreachable over SSH: {why}"}
+        with self._lock:
+            if res.get("rc") == 255 and not (res.get("stdout") or "").strip():
+                self.unreached.setdefault(host, " ".join(str(res.get("stderr") or "no answer").split())[:200])
+            else:
+                self.reached.add(host)
+        return res
+
+    def not_checked(self, hosts) -> dict[str, str]:
+        return {h: f"unreachable: {self.unreached[h]}" for h in hosts
+                if h in self.unreached and h not in self.reached}
 
 
 def cmd_verify(args) -> int:
@@ -54,19 +128,18 @@ def cmd_verify(args) -> int:
     from fabricops.verify.engine import verify
     from fabricops.verify.transport import Fabric
 
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"  .. {msg}", file=sys.stderr, flush=True)
-
-    baseline = None
-    if args.counters_baseline:
-        import json
-
-        from fabricops.verify.engine import baseline_from_report
-
-        baseline = baseline_from_report(json.loads(args.counters_baseline.read_text()))
-    fabric = Fabric(args.inventory, args.limit)
-    hostvars = {h: fabric.hostvars(h) for h in fabric.hosts}
+    cliopts.check_outputs(args)
+    cliopts.read_inventory(args.inventory)
+    check_profile(args.profile)
+    extra = cliopts.extra_vars(args.extra_vars)
+    out = cliopts.Progress(cliopts.progress_wanted(args))
+    baseline = load_baseline(args.counters_baseline) if args.counters_baseline else None
+    try:
+        fabric = Fabric(args.inventory, args.limit)
+    except FabricopsError as exc:
+        raise CouldNotRun(str(exc)) from None
+    hostvars = {h: {**fabric.hostvars(h), **extra} for h in fabric.hosts}
+    reach = Reach(fabric.run)
     opts = Options(
         only=args.only,
         profile=args.profile,
@@ -74,22 +147,32 @@ def cmd_verify(args) -> int:
         skip=args.skip,
         serial=args.serial,
         rerun=not args.no_rerun,
-        progress=progress,
+        progress=out.line,
         counter_baseline=baseline,
     )
-    progress(f"verifying {len(fabric.hosts)} hosts: {', '.join(fabric.hosts)}")
+    out.line(f"verifying {len(fabric.hosts)} hosts: {', '.join(fabric.hosts)}")
     roce = next((hv.get("fabricops_roce") for hv in hostvars.values() if hv.get("fabricops_roce")), None)
     run = verify(
-        fabric.run,
+        reach,
         fabric.hosts,
         hostvars,
         opts,
         fabric.switch_link_layers(),
         switch_reader=fabric.switch_reader(roce),
     )
-    print(report.terminal(run), end="")
+    out.done()
+    not_checked = reach.not_checked(run.hosts)
+    status = report.exit_status(run, not_checked)
+    text = report.terminal(run, not_checked=not_checked, status=status)
+    if not cliopts.json_to_stdout(args):
+        sys.stdout.write(text)
+    elif args.verbose and not args.quiet:
+        sys.stderr.write(text)
+    if status == EXIT_NORUN and not args.quiet:
+        print(f"fabricops verify: could not check {', '.join(not_checked)}: unreachable over SSH",
+              file=sys.stderr)
     if args.json:
-        args.json.write_text(report.to_json(run))
+        cliopts.write_output(args.json, report.to_json(run, not_checked=not_checked, status=status), "--json")
     if args.junit:
-        args.junit.write_text(report.to_junit(run))
-    return 0 if run.ok else 1
+        cliopts.write_output(args.junit, report.to_junit(run, not_checked=not_checked), "--junit")
+    return status

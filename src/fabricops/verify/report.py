@@ -2,7 +2,7 @@
 
 JSON (``schema: fabricops.verify/1``)::
 
-    {"schema", "ok", "profile", "only", "hosts": [..], "wall_s",
+    {"schema", "ok", "exit_status", "profile", "only", "hosts": [..], "not_checked": {host: why}, "wall_s",
      "summary": {"total", "passed", "failed", "errors", "skipped"},
      "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns", "rails"} | null,
      "blamed": [{"host", "rail", "peers"}],
@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
+from fabricops.errors import EXIT_FAILED, EXIT_NORUN, EXIT_OK
 from fabricops.verify.pairs import blame
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
@@ -33,14 +34,37 @@ def summary(results: list[CheckResult]) -> dict[str, int]:
     }
 
 
-def to_data(run: Any) -> dict[str, Any]:
+def exit_status(run: Any, not_checked: Any = None) -> int:
+    """1 when a check failed on a host that was reached (its own failure, not a pair with an
+    unreached host); else 4 when a host was not checked or there were no hosts; else 0."""
+    not_checked = not_checked or {}
+    if not run.hosts:
+        return EXIT_NORUN
+    real = [r for r in run.results if not r.ok and not any(h in not_checked for h in r.host.split("<->"))]
+    if real:
+        return EXIT_FAILED
+    if not_checked:
+        return EXIT_NORUN
+    return EXIT_OK if run.ok else EXIT_FAILED
+
+
+def _status(run: Any, not_checked: Any, status: int | None) -> int:
+    return exit_status(run, not_checked) if status is None else status
+
+
+def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dict[str, Any]:
+    """``ok`` is true only for a run that checked every host and passed (exit status 0)."""
     pr = run.pairs
+    not_checked = dict(not_checked or {})
+    status = _status(run, not_checked, status)
     return {
         "schema": SCHEMA,
-        "ok": run.ok,
+        "ok": status == EXIT_OK,
+        "exit_status": status,
         "profile": run.profile,
         "only": run.only,
         "hosts": list(run.hosts),
+        "not_checked": not_checked,
         "wall_s": round(run.wall_s, 3),
         "summary": summary(run.results),
         "pairs": None
@@ -73,13 +97,17 @@ def to_data(run: Any) -> dict[str, Any]:
     }
 
 
-def to_json(run: Any) -> str:
-    return json.dumps(to_data(run), indent=2, sort_keys=False, default=str) + "\n"
+def to_json(run: Any, not_checked: Any = None, status: int | None = None) -> str:
+    return json.dumps(to_data(run, not_checked, status), indent=2, sort_keys=False, default=str) + "\n"
 
 
-def to_junit(run: Any) -> str:
-    """JUnit XML: one <testsuite> per category, one <testcase> per result."""
+def to_junit(run: Any, not_checked: Any = None) -> str:
+    """JUnit XML: one <testsuite> per category, one <testcase> per result; a host that was not
+    checked is one more <error> case (a CI never reads a host it could not reach as passed)."""
     root = ET.Element("testsuites", name="fabricops verify")
+    not_checked = dict(not_checked or {})
+    if not run.hosts:
+        not_checked = {"-": "no host to verify"}
     by_cat: dict[str, list[CheckResult]] = defaultdict(list)
     for r in run.results:
         by_cat[r.category].append(r)
@@ -89,6 +117,14 @@ def to_junit(run: Any) -> str:
     root.set("errors", str(tot["errors"]))
     root.set("skipped", str(tot["skipped"]))
     root.set("time", f"{run.wall_s:.3f}")
+    if not_checked:
+        suite = ET.SubElement(root, "testsuite", name="fabricops.verify.reach", tests=str(len(not_checked)),
+                              failures="0", errors=str(len(not_checked)), skipped="0")
+        for host, why in sorted(not_checked.items()):
+            case = ET.SubElement(suite, "testcase", classname="fabricops.verify.reach", name=host)
+            ET.SubElement(case, "error", message=f"not checked: {why}", type="not_checked")
+        root.set("tests", str(tot["total"] + len(not_checked)))
+        root.set("errors", str(tot["errors"] + len(not_checked)))
     for cat in sorted(by_cat):
         rs = by_cat[cat]
         s = summary(rs)
@@ -139,10 +175,15 @@ def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def terminal(run: Any) -> str:
-    """The summary a person reads at a glance."""
+def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> str:
+    """The summary a person reads at a glance. A host that was not reached is NOT CHECKED, never
+    "pass"; the head says PASS only for exit status 0."""
     s = summary(run.results)
-    head = "PASS" if run.ok else "FAIL"
+    not_checked = dict(not_checked or {})
+    status = _status(run, not_checked, status)
+    head = {EXIT_OK: "PASS", EXIT_FAILED: "FAIL"}.get(status, "NOT CHECKED")
+    if status == EXIT_NORUN and not run.hosts:
+        head = "NOTHING CHECKED (no hosts)"
     out = [
         f"fabricops verify: {head}  (profile {run.profile}, {len(run.hosts)} hosts, {s['total']} checks: "
         f"{s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped) "
@@ -167,7 +208,9 @@ def terminal(run: Any) -> str:
                 bad_msgs += [r for r in rs if not r.ok]
         rails = sorted(rail for (bh, rail) in blamed if bh == h)
         verdict = "pass"
-        if bad_msgs or rails:
+        if h in not_checked:
+            verdict = f"NOT CHECKED: {not_checked[h]}"
+        elif bad_msgs or rails:
             first = bad_msgs[0].message.split(": ", 1)[-1] if bad_msgs else ""
             verdict = "FAIL" + (f": {first}" if first else "")
             if rails:
@@ -203,6 +246,8 @@ def terminal(run: Any) -> str:
             out.append(f"  [{r.category}/{r.check}] {r.message}")
             if r.cause:
                 out.append(f"      likely cause: {r.cause}")
+    if not_checked:
+        out += ["", f"NOT CHECKED: {', '.join(sorted(not_checked))}"]
     skipped = [r for r in run.results if r.status == SKIP]
     if skipped:
         out += ["", "NOT PLANNED (skipped)"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fabricops import cli
-from fabricops.errors import FabricopsError
+from fabricops.errors import EXIT_NORUN, FabricopsError
 from fabricops.lab import faults, hardware, paths, topology
 
 # Written in another layout than faults.py writes, so "restores the original bytes" is a real check.
@@ -334,7 +334,7 @@ def test_list_shows_active_faults(lab, capsys):
 
 def test_no_lab_is_one_sentence(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "none")
-    assert run("gpu01", "port-down", "mlx5_0") == 1
+    assert run("gpu01", "port-down", "mlx5_0") == EXIT_NORUN  # no lab: could not run (docs/cli.md)
     assert "no lab is up; run fabricops lab up" in capsys.readouterr().err
 
 
