@@ -29,8 +29,10 @@ METHODS = ("tarball", "iso", "repo")
 RESTART_METHODS = ("openibd", "reboot")
 
 #: 24.10-1.1.4.0 (MLNX_OFED), 24.10-1.1.4 (DOCA-OFED's OFED-internal numbering), 5.8-1.0.1.1.
-_VERSION = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)-(?P<rest>\d+(?:\.\d+)*)$")
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+# Whole-string matches (fullmatch, no strip): the version and digest reach apt, get_url and
+# file names; "$" would also accept them with a trailing newline.
+_VERSION = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)-(?P<rest>\d+(?:\.\d+)*)")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _MODULES_DEB = re.compile(
     r"^mlnx-ofed-kernel-modules_(?P<version>.+?)\.kver\.(?P<kernel>.+)_(?P<arch>[A-Za-z0-9]+)\.deb$"
 )
@@ -89,12 +91,12 @@ class OfedInputError(FabricopsError, ValueError):
 # --- versions -----------------------------------------------------------------------------------
 
 def valid_version(version: Any) -> bool:
-    return isinstance(version, str) and bool(_VERSION.match(version.strip()))
+    return isinstance(version, str) and bool(_VERSION.fullmatch(version))
 
 
 def version_key(version: str) -> tuple[int, ...]:
     """``24.10-1.1.4.0`` -> (24, 10, 1, 1, 4, 0): orders releases."""
-    m = _VERSION.match(version.strip())
+    m = _VERSION.fullmatch(version.strip())
     if not m:
         raise OfedInputError(f"{version!r} is not an MLNX_OFED version like 24.10-1.1.4.0")
     return (int(m["major"]), int(m["minor"]), *(int(x) for x in m["rest"].split(".")))
@@ -172,7 +174,7 @@ def input_errors(
         if not digest:
             errors.append(f"mlnx_ofed_{method}_sha256 is not set: a pinned MLNX_OFED version needs the "
                           f"sha256 of its {method} (from SHA256SUMS next to the download)")
-        elif not _SHA256.match(str(digest).strip()):
+        elif not _SHA256.fullmatch(str(digest)):
             errors.append(f"mlnx_ofed_{method}_sha256 {str(digest)[:80]!r} is not a sha256 "
                           "(64 hexadecimal digits)")
         if url and version and valid_version(str(version)) and str(version) not in str(url):
