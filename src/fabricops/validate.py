@@ -189,7 +189,7 @@ def openib_value(var: str, value: Any) -> None:
     if isinstance(value, bool) or (isinstance(value, int) and not isinstance(value, bool)):
         return
     text = _string(var, value)
-    if not _CONF_WORD.fullmatch(text):
+    if not _CONF_WORD.fullmatch(text) or ".." in text.split("/"):
         raise UnsafeValue(
             f"{var}: {_show(text)} is not yes/no, a number or a plain word (letters, digits, _.,:/+@-): "
             "openibd sources openib.conf as a shell script"
