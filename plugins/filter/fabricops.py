@@ -166,7 +166,7 @@ def unsafe_role_vars(names, values=None):
         names, values = list(names or []), list(values or [])
         if len(names) != len(values):
             raise AnsibleFilterError("unsafe_role_vars: names and values differ in length")
-        pairs = {str(n): _plain(v) for n, v in zip(names, values)}
+        pairs = {str(n): _plain(v) for n, v in zip(names, values, strict=True)}
     return _validate.role_errors(pairs)
 
 

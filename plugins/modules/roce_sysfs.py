@@ -108,7 +108,10 @@ from ansible.module_utils.basic import AnsibleModule
 PREFIXES = ("/sys/class/net/", "/sys/class/infiniband/", "/sys/kernel/config/rdma_cm/")
 TOOLS = ("cma_roce_tos", "cma_roce_mode")
 # The same allow-lists as fabricops.validate (netdev, HCA): the module runs without the package.
-NAMES = {"netdev": re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}"), "device": re.compile(r"[A-Za-z0-9_]{1,32}")}
+NAMES = {
+    "netdev": re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}"),
+    "device": re.compile(r"[A-Za-z0-9_]{1,32}"),
+}
 
 
 def read_file(path):

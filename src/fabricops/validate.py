@@ -127,9 +127,9 @@ def dict_of(key: Validator, val: Validator) -> Validator:
 
 def number(var: str, value: Any) -> None:
     """a number"""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        if not (isinstance(value, str) and re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value)):
-            raise UnsafeValue(f"{var}: {_show(value)} is not a number")
+    numeric = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not numeric and not (isinstance(value, str) and re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value)):
+        raise UnsafeValue(f"{var}: {_show(value)} is not a number")
 
 
 def integer(lo: int, hi: int) -> Validator:

@@ -85,7 +85,8 @@ def test_script_reads_the_config_path_from_the_unit_and_wait_from_the_config(tmp
     assert mod.main(["apply", "--config", str(config)], system=host) == 0
     assert f"match {config}" in capsys.readouterr().out
     assert mod.main(["verify", "--config"], system=host) == 2  # --config without a path
-    doc = json.loads("".join(line for line in config.read_text().splitlines(True) if not line.startswith("#")))
+    text = "".join(line for line in config.read_text().splitlines(True) if not line.startswith("#"))
+    doc = json.loads(text)
     assert doc["boot_wait_s"] == 0
 
 
@@ -105,8 +106,9 @@ def test_unit_orders_after_openibd_and_before_network():
     assert "PartOf=openibd.service" in unit and "Before=network-pre.target" in unit
     assert re.search(r"^WantedBy=multi-user\.target openibd\.service$", unit, re.M)
     assert "ExecStart=/usr/local/sbin/fabricops-roce-qos apply" in unit
-    assert re.search(r"^ExecStart=/usr/local/sbin/fabricops-roce-qos apply --config /etc/fabricops/roce-qos\.json$",
-                     unit, re.M)
+    exec_start = (r"^ExecStart=/usr/local/sbin/fabricops-roce-qos apply "
+                  r"--config /etc/fabricops/roce-qos\.json$")
+    assert re.search(exec_start, unit, re.M)
     bare = render("fabricops-roce-qos.service.j2", __roce_host_has_openibd=False)
     assert "openibd" not in bare and re.search(r"^WantedBy=multi-user\.target$", bare, re.M)
 
@@ -156,7 +158,7 @@ def test_drift_in_a_sysfs_knob_is_reported(script, host, capsys):  # noqa: F811
 
 
 def test_unreadable_config_exits_2(tmp_path, script, host):  # noqa: F811
-    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")  # the fixture's copy
+    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")  # fixture's copy
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["apply"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2

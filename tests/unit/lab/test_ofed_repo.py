@@ -512,7 +512,8 @@ def test_tarball_bytes_are_reproducible(tmp_path, repo):
         assert {m.uname for m in tar.getmembers()} == {"root"}
 
 
-@pytest.mark.skipif(shutil.which("apt-get") is None or shutil.which("gpg") is None, reason="needs apt-get, gpg")
+@pytest.mark.skipif(shutil.which("apt-get") is None or shutil.which("gpg") is None,
+                    reason="needs apt-get, gpg")
 def test_mirror_is_signed_and_apt_checks_it_with_signed_by(served, tmp_path):
     """The roles write ``deb [signed-by=KEYRING] URL ./`` (issue 15): real apt accepts the lab's mirror
     with the key the lab serves (checked against its sha256), and refuses it with another key."""
@@ -520,7 +521,7 @@ def test_mirror_is_signed_and_apt_checks_it_with_signed_by(served, tmp_path):
     import urllib.request
 
     key = tmp_path / "key.gpg"
-    with urllib.request.urlopen(facts["repo_key_url"], timeout=10) as resp:  # noqa: S310 (127.0.0.1)
+    with urllib.request.urlopen(facts["repo_key_url"], timeout=10) as resp:  # 127.0.0.1
         key.write_bytes(resp.read())
     assert ofed_repo.sha256(key) == facts["repo_key_sha256"]
     other_home = tmp_path / "other-gpg"
@@ -531,11 +532,12 @@ def test_mirror_is_signed_and_apt_checks_it_with_signed_by(served, tmp_path):
         a = tmp_path / f"apt-{keyring.stem}"
         for d in ("lists/partial", "cache/archives/partial"):
             (a / d).mkdir(parents=True)
-        (a / "sources.list").write_text(f"deb [signed-by={keyring}] {facts['versions'][OLD]['repo_url']} ./\n")
+        url = facts["versions"][OLD]["repo_url"]
+        (a / "sources.list").write_text(f"deb [signed-by={keyring}] {url} ./\n")
         (a / "status").write_text("")
         opts = [f"-oDir::Etc::SourceList={a}/sources.list", "-oDir::Etc::SourceParts=/dev/null",
-                f"-oDir::State::Lists={a}/lists", f"-oDir::Cache={a}/cache", f"-oDir::State::status={a}/status",
-                "-oDebug::NoLocking=1", "-oAPT::Get::List-Cleanup=0"]
+                f"-oDir::State::Lists={a}/lists", f"-oDir::Cache={a}/cache",
+                f"-oDir::State::status={a}/status", "-oDebug::NoLocking=1", "-oAPT::Get::List-Cleanup=0"]
         return subprocess.run(["apt-get", *opts, "update"], capture_output=True, text=True, timeout=60)
 
     good = update(key)

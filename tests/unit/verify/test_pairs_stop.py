@@ -63,7 +63,7 @@ def test_server_runs_in_a_private_directory_and_stop_kills_only_it(shell):
 
 
 def test_a_planted_directory_makes_the_server_refuse_to_start(shell):
-    tmp, start, run = shell
+    tmp, start, _run = shell
     token = pairs.new_token()
     (tmp / f"fabricops-verify.{token}").mkdir()
     proc = start(pairs.server_command("ib_write_bw", "mlx5_0/1", 18515, OPTS, token=token))
@@ -72,7 +72,7 @@ def test_a_planted_directory_makes_the_server_refuse_to_start(shell):
 
 @pytest.mark.parametrize("content", ["-1", "1", "0", "$(touch pwned)", "12 13", ""])
 def test_a_pid_file_that_is_not_a_server_pid_kills_nothing(shell, content):
-    tmp, start, run = shell
+    tmp, _start, run = shell
     victim = subprocess.Popen(["sleep", "30"])
     try:
         token = pairs.new_token()
