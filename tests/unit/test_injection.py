@@ -390,3 +390,48 @@ def test_roles_refuse_before_anything_runs(tmp_path):
     for role, got in refused.items():
         assert got["task"] == "Refuse values that could inject into what the role writes", (role, got)
         assert got["msg"].startswith(REFUSED[role]), (role, got)
+
+
+# --- signed repositories --------------------------------------------------------------------------
+
+def _apt_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def test_apt_sources_name_a_keyring_unless_trusted_is_opted_in():
+    from ansible.plugins.filter.core import to_bool
+
+    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+    try:
+        import mlnx_ofed as ofed_filters
+    finally:
+        sys.path.pop(0)
+
+    def render(role, name, **ctx):
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles" / role / "templates")),
+                                 undefined=jinja2.StrictUndefined)
+        env.filters.update({"regex_replace": lambda s, pat, rep: re.sub(pat, rep, s), "bool": to_bool,
+                            "comment": lambda t: f"# {t}",
+                            "fabricops.fabric.mlnx_ofed_repo_keyring": ofed_filters.mlnx_ofed_repo_keyring})
+        return _apt_lines(env.get_template(name).render(ansible_managed="Ansible managed", **ctx))
+
+    fm = {"nvidia_fabric_manager_repo_url": "http://m/fm/",
+          "nvidia_fabric_manager_repo_keyring": "/etc/apt/keyrings/nvidia-fabricmanager.gpg"}
+    fm_list = ("nvidia_fabric_manager", "nvidia-fabricmanager.list.j2")
+    assert render(*fm_list, nvidia_fabric_manager_repo_trusted=False, **fm) == [
+        "deb [signed-by=/etc/apt/keyrings/nvidia-fabricmanager.gpg] http://m/fm ./"]
+    assert render(*fm_list, nvidia_fabric_manager_repo_trusted=True, **fm) == [
+        "deb [trusted=yes] http://m/fm ./"]
+    url = "http://m/repo/24.10-1.1.4.0"
+    ofed_list = ("mlnx_ofed", "mlnx_ofed.list.j2")
+    ofed = {"mlnx_ofed_version": "24.10-1.1.4.0", "mlnx_ofed_repo_url": url}
+    key = {"mlnx_ofed_repo_trusted": False, "mlnx_ofed_repo_signed_by": "",
+           "mlnx_ofed_repo_key_url": "http://m/key.gpg"}
+    assert render(*ofed_list, **key, **ofed) == [f"deb [signed-by=/etc/apt/keyrings/mlnx_ofed.gpg] {url} ./"]
+    key.update(mlnx_ofed_repo_signed_by="/usr/share/keyrings/m.gpg", mlnx_ofed_repo_key_url="")
+    assert render(*ofed_list, **key, **ofed) == [f"deb [signed-by=/usr/share/keyrings/m.gpg] {url} ./"]
+    key.update(mlnx_ofed_repo_trusted=True, mlnx_ofed_repo_signed_by="")
+    assert render(*ofed_list, **key, **ofed) == [f"deb [trusted=yes] {url} ./"]
+    for role in ("nvidia_fabric_manager", "mlnx_ofed"):
+        defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+        assert defaults[f"{role}_repo_trusted"] is False
