@@ -15,8 +15,9 @@ from ansible.module_utils.parsing.convert_bool import boolean
 try:
     from fabricops import ipoib as _ipoib
     from fabricops import nccl as _nccl
+    from fabricops import validate as _validate
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _ipoib = _nccl = None
+    _ipoib = _nccl = _validate = None
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
@@ -153,6 +154,22 @@ def ipoib_pending(interfaces, netdevs, ansible_facts=None):
     )
 
 
+def unsafe_role_vars(names, values=None):
+    """One sentence per role variable whose value could inject into what the role renders.
+
+    ``query('ansible.builtin.varnames', '^ROLE_') | fabricops.fabric.unsafe_role_vars(
+    query('ansible.builtin.vars', *names))``: the names and their values (fabricops.validate)."""
+    _need_package()
+    if values is None:
+        pairs = _plain(names) or {}
+    else:
+        names, values = list(names or []), list(values or [])
+        if len(names) != len(values):
+            raise AnsibleFilterError("unsafe_role_vars: names and values differ in length")
+        pairs = {str(n): _plain(v) for n, v in zip(names, values, strict=True)}
+    return _validate.role_errors(pairs)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -163,4 +180,5 @@ class FilterModule:
             "ipoib_plan_errors": ipoib_plan_errors,
             "ipoib_conflicts": ipoib_conflicts,
             "ipoib_pending": ipoib_pending,
+            "unsafe_role_vars": unsafe_role_vars,
         }

@@ -8,6 +8,7 @@ Collection roles do not load role-embedded plugins, so they live here (file of t
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 try:
     from fabricops import ofed as _ofed
@@ -39,7 +40,8 @@ def _list(value):
 
 def mlnx_ofed_input_errors(version, method, tarball_url=None, tarball_sha256=None, iso_url=None,
                            iso_sha256=None, repo_url=None, add_kernel_support=False, distro=None,
-                           skip_distro_check=False, restart_method="openibd"):
+                           skip_distro_check=False, restart_method="openibd", repo_trusted=False,
+                           repo_signed_by=None, repo_key_url=None, repo_key_sha256=None):
     """[] or one-line reasons (the preflight asserts on the first)."""
     _need_package()
     return _ofed.input_errors(
@@ -47,7 +49,16 @@ def mlnx_ofed_input_errors(version, method, tarball_url=None, tarball_sha256=Non
         iso_url=iso_url, iso_sha256=iso_sha256, repo_url=repo_url,
         add_kernel_support=bool(add_kernel_support), distro=_str(distro) or None,
         skip_distro_check=bool(skip_distro_check), restart_method=_str(restart_method),
+        repo_trusted=boolean(repo_trusted, strict=True) if repo_trusted is not None else False,
+        repo_signed_by=_str(repo_signed_by) or None, repo_key_url=_str(repo_key_url) or None,
+        repo_key_sha256=_str(repo_key_sha256) or None,
     )
+
+
+def mlnx_ofed_repo_keyring(signed_by=None, key_url=None):
+    """The keyring path for the apt source's signed-by ('' when trusted=yes is used instead)."""
+    _need_package()
+    return _ofed.repo_keyring(_str(signed_by) or None, _str(key_url) or None) or ""
 
 
 def mlnx_ofed_installed_version(result):
@@ -142,6 +153,7 @@ class FilterModule:
     def filters(self):
         return {
             "mlnx_ofed_input_errors": mlnx_ofed_input_errors,
+            "mlnx_ofed_repo_keyring": mlnx_ofed_repo_keyring,
             "mlnx_ofed_installed_version": mlnx_ofed_installed_version,
             "mlnx_ofed_action": mlnx_ofed_action,
             "mlnx_ofed_dist_dir": mlnx_ofed_dist_dir,

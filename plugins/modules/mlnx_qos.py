@@ -82,11 +82,14 @@ stdout:
   type: str
 """
 
+import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
 ALLOWED = ("--trust", "--pfc", "--dscp2prio", "--cable_len")
+# The same allow-list as fabricops.validate.netdev (this module runs on the host, without the package).
+NETDEV = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}")
 
 
 def main():
@@ -108,6 +111,9 @@ def main():
             "(role fabricops.fabric.mlnx_ofed) or the mlnx-tools package first"
         )
     iface = module.params["interface"]
+    if not NETDEV.fullmatch(iface):
+        module.fail_json(msg=f"mlnx_qos: interface {iface!r} is not a network interface name "
+                         "(1-15 letters, digits, _.-)")
     ran = []
     groups = module.params["_commands"]
     if groups and module.check_mode:

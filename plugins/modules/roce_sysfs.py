@@ -101,11 +101,17 @@ changes:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 PREFIXES = ("/sys/class/net/", "/sys/class/infiniband/", "/sys/kernel/config/rdma_cm/")
 TOOLS = ("cma_roce_tos", "cma_roce_mode")
+# The same allow-lists as fabricops.validate (netdev, HCA): the module runs without the package.
+NAMES = {
+    "netdev": re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}"),
+    "device": re.compile(r"[A-Za-z0-9_]{1,32}"),
+}
 
 
 def read_file(path):
@@ -162,6 +168,9 @@ def main():
         },
         supports_check_mode=True,
     )
+    for key, regex in NAMES.items():
+        if not regex.fullmatch(module.params[key]):
+            module.fail_json(msg=f"roce_sysfs: {key} {module.params[key]!r} is not a {key} name")
     writes = module.params["_writes"]
     if writes and module.check_mode:
         module.fail_json(msg="roce_sysfs: refusing to change anything in check mode")

@@ -19,6 +19,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fabricops import validate
 from fabricops.errors import FabricopsError
 
 MODES = ("datagram", "connected")
@@ -30,6 +31,15 @@ FULL_MEMBERSHIP = 0x8000
 
 class IpoibPlanError(FabricopsError, ValueError):
     """A plan that cannot be applied; str() names the host and interface and says what to fix."""
+
+
+def _safe(host: str, check: validate.Validator, var: str, value: Any) -> None:
+    """Names and devices end up in ifupdown stanzas and NetworkManager keyfiles (and in commands
+    the ifupdown hooks run as root): only the narrow allow-lists of fabricops.validate pass."""
+    try:
+        check(var, value)
+    except validate.UnsafeValue as exc:
+        raise IpoibPlanError(f"{host} {exc}") from None
 
 
 def max_mtu(mode: str, ib_mtu: int = 4096) -> int:
@@ -155,6 +165,7 @@ def _interface(
     except IpoibPlanError as exc:
         raise IpoibPlanError(f"{host} {name}: {exc}") from None
     ifname = child_name(device, pkey) if pkey is not None else device
+    _safe(host, validate.netdev, f"{name}: interface name", ifname)
     return {
         "name": ifname,
         "network": name,
@@ -196,6 +207,7 @@ def host_interfaces(
     def resolve(name: str, device: Any) -> str:
         if not device or not isinstance(device, str):
             raise IpoibPlanError(f"{host} {name}: no device given")
+        _safe(host, validate.hca_or_netdev, f"{name}: device", device)
         if device in known:
             return known[device]
         if check_devices and device not in netdevs:
@@ -208,12 +220,15 @@ def host_interfaces(
     if interfaces:
         for entry in interfaces:
             device = entry.get("device")
+            if entry.get("name") is not None:
+                _safe(host, validate.label, "ipoib_interfaces name", entry["name"])
             name = str(entry.get("name") or device)
             dev = resolve(name, device)
             address = _address(host, name, entry["address"], None) if entry.get("address") else None
             result.append(_interface(host, name, entry, device=dev, address=address, defaults=defaults))
     else:
         for name, spec in sorted(((plan or {}).get("networks") or {}).items()):
+            _safe(host, validate.label, "ipoib_plan network name", name)
             spec = {"prefix": spec} if isinstance(spec, str) else dict(spec or {})
             try:
                 network = ipaddress.IPv4Network(str(spec.get("prefix")), strict=True)

@@ -43,8 +43,10 @@ GDR_LEVEL = "PHB"
 #: ECN field "ECN-capable transport (0)" in the low two bits of the ToS byte (RFC 3168).
 ECT0 = 0b10
 
-_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
-_IFNAME = re.compile(r"^[=^]?[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*$")
+# Whole-string matches (fullmatch): ``$`` also matches before a trailing newline, which would let
+# "NCCL_X\n" through into nccl.conf / nccl.sh.
+_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
+_IFNAME = re.compile(r"[=^]?[A-Za-z0-9_.:@-]+(,[A-Za-z0-9_.:@-]+)*")
 
 
 class NcclProfileError(FabricopsError, ValueError):
@@ -72,8 +74,11 @@ def _value(name: str, value: Any) -> str:
         return "1" if value else "0"
     if isinstance(value, (int, str)):
         text = str(value)
-        if "\n" in text or "\r" in text or "\0" in text:
-            raise NcclProfileError(f"nccl_profile_overrides.{name}: the value must be one line")
+        if not re.fullmatch(r"[\x20-\x7e]*", text):
+            raise NcclProfileError(
+                f"nccl_profile_overrides.{name}: the value must be one line of printable ASCII "
+                "(no newline, NUL or control character)"
+            )
         return text
     raise NcclProfileError(
         f"nccl_profile_overrides.{name}: the value must be a string, integer or boolean, "
@@ -83,7 +88,7 @@ def _value(name: str, value: Any) -> str:
 
 def _check_overrides(overrides: Mapping[str, Any], allow_benchmark: bool) -> None:
     for name in overrides:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise NcclProfileError(
                 f"nccl_profile_overrides: {name!r} is not an NCCL variable name (NCCL_ in capitals)"
             )
@@ -186,7 +191,7 @@ def nccl_env(
             env["NCCL_IB_TC"] = str(roce_tos(roce))
 
     if socket_ifname:
-        if not _IFNAME.match(socket_ifname):
+        if not _IFNAME.fullmatch(socket_ifname):
             raise NcclProfileError(
                 f"nccl_profile_socket_ifname {socket_ifname!r} is not an NCCL interface list "
                 f"(e.g. '=eth0', 'ib', '^docker')"

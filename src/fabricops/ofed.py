@@ -29,8 +29,10 @@ METHODS = ("tarball", "iso", "repo")
 RESTART_METHODS = ("openibd", "reboot")
 
 #: 24.10-1.1.4.0 (MLNX_OFED), 24.10-1.1.4 (DOCA-OFED's OFED-internal numbering), 5.8-1.0.1.1.
-_VERSION = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)-(?P<rest>\d+(?:\.\d+)*)$")
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+# Whole-string matches (fullmatch, no strip): the version and digest reach apt, get_url and
+# file names; "$" would also accept them with a trailing newline.
+_VERSION = re.compile(r"(?P<major>\d+)\.(?P<minor>\d+)-(?P<rest>\d+(?:\.\d+)*)")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _MODULES_DEB = re.compile(
     r"^mlnx-ofed-kernel-modules_(?P<version>.+?)\.kver\.(?P<kernel>.+)_(?P<arch>[A-Za-z0-9]+)\.deb$"
 )
@@ -89,12 +91,12 @@ class OfedInputError(FabricopsError, ValueError):
 # --- versions -----------------------------------------------------------------------------------
 
 def valid_version(version: Any) -> bool:
-    return isinstance(version, str) and bool(_VERSION.match(version.strip()))
+    return isinstance(version, str) and bool(_VERSION.fullmatch(version))
 
 
 def version_key(version: str) -> tuple[int, ...]:
     """``24.10-1.1.4.0`` -> (24, 10, 1, 1, 4, 0): orders releases."""
-    m = _VERSION.match(version.strip())
+    m = _VERSION.fullmatch(version.strip())
     if not m:
         raise OfedInputError(f"{version!r} is not an MLNX_OFED version like 24.10-1.1.4.0")
     return (int(m["major"]), int(m["minor"]), *(int(x) for x in m["rest"].split(".")))
@@ -149,11 +151,17 @@ def input_errors(
     distro: Any = None,
     skip_distro_check: bool = False,
     restart_method: Any = "openibd",
+    repo_trusted: bool = False,
+    repo_signed_by: Any = None,
+    repo_key_url: Any = None,
+    repo_key_sha256: Any = None,
 ) -> list[str]:
     """Cross-field rules the argument spec cannot express; [] when the input is usable.
 
     Each entry is one sentence naming the variable to fix. A download (tarball, ISO) needs both a
-    URL and its sha256: a pinned version without a checksum is refused.
+    URL and its sha256: a pinned version without a checksum is refused. The apt mirror is signed:
+    its source names a keyring (``repo_signed_by``, or the key downloaded from ``repo_key_url``
+    with its sha256); ``repo_trusted`` (no signature check) is an explicit opt-in, not both.
     """
     errors: list[str] = []
     if not version:
@@ -172,7 +180,7 @@ def input_errors(
         if not digest:
             errors.append(f"mlnx_ofed_{method}_sha256 is not set: a pinned MLNX_OFED version needs the "
                           f"sha256 of its {method} (from SHA256SUMS next to the download)")
-        elif not _SHA256.match(str(digest).strip()):
+        elif not _SHA256.fullmatch(str(digest)):
             errors.append(f"mlnx_ofed_{method}_sha256 {str(digest)[:80]!r} is not a sha256 "
                           "(64 hexadecimal digits)")
         if url and version and valid_version(str(version)) and str(version) not in str(url):
@@ -190,7 +198,29 @@ def input_errors(
     if restart_method not in RESTART_METHODS:
         errors.append(f"mlnx_ofed_restart_method {restart_method!r} is not one of "
                       f"{', '.join(RESTART_METHODS)}")
+    if method == "repo":
+        if repo_trusted and (repo_signed_by or repo_key_url):
+            errors.append("set either mlnx_ofed_repo_trusted (no signature check) or a signing key "
+                          "(mlnx_ofed_repo_signed_by / mlnx_ofed_repo_key_url), not both")
+        elif not repo_trusted and not (repo_signed_by or repo_key_url):
+            errors.append("the MLNX_OFED mirror needs its signing key: set mlnx_ofed_repo_key_url and "
+                          "mlnx_ofed_repo_key_sha256, or mlnx_ofed_repo_signed_by (a keyring on the host); "
+                          "only an unsigned mirror takes mlnx_ofed_repo_trusted: true")
+        if repo_key_url and not (repo_key_sha256 and _SHA256.fullmatch(str(repo_key_sha256))):
+            errors.append("mlnx_ofed_repo_key_sha256 is not a sha256 (64 hexadecimal digits): the key "
+                          "from mlnx_ofed_repo_key_url is installed only with its checksum")
     return errors
+
+
+#: Where the key from ``mlnx_ofed_repo_key_url`` goes when ``mlnx_ofed_repo_signed_by`` is empty.
+DEFAULT_KEYRING = "/etc/apt/keyrings/mlnx_ofed.gpg"
+
+
+def repo_keyring(signed_by: Any = None, key_url: Any = None) -> str | None:
+    """The keyring the apt source names in ``signed-by`` (None: no key, the trusted opt-in)."""
+    if signed_by:
+        return str(signed_by)
+    return DEFAULT_KEYRING if key_url else None
 
 
 # --- kernel and distro ----------------------------------------------------------------------------

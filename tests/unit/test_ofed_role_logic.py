@@ -65,7 +65,25 @@ def test_dist_dir(url, name):
 def test_input_ok_for_each_method():
     assert ofed.input_errors(V_NEW, "tarball", tarball_url=TGZ, tarball_sha256=SHA) == []
     assert ofed.input_errors(V_NEW, "iso", iso_url=TGZ.replace(".tgz", ".iso"), iso_sha256=SHA.upper()) == []
-    assert ofed.input_errors(V_NEW, "repo", repo_url="http://m/repo/24.10-1.1.4.0") == []
+    # a signed mirror (issue 15): the key from a URL with its sha256, a keyring on the host, or the
+    # explicit unsigned opt-in
+    repo = "http://m/repo/24.10-1.1.4.0"
+    assert ofed.input_errors(V_NEW, "repo", repo_url=repo, repo_key_url=f"{repo}/key.gpg",
+                             repo_key_sha256=SHA) == []
+    assert ofed.input_errors(V_NEW, "repo", repo_url=repo, repo_signed_by="/usr/share/keyrings/m.gpg") == []
+    assert ofed.input_errors(V_NEW, "repo", repo_url=repo, repo_trusted=True) == []
+
+
+def test_repo_without_a_key_or_the_trusted_opt_in_is_refused():
+    (err,) = ofed.input_errors(V_NEW, "repo", repo_url="http://m/repo/24.10-1.1.4.0")
+    assert err.startswith("the MLNX_OFED mirror needs its signing key") and "mlnx_ofed_repo_trusted" in err
+    (err,) = ofed.input_errors(V_NEW, "repo", repo_url="http://m", repo_key_url="http://m/key.gpg")
+    assert err.startswith("mlnx_ofed_repo_key_sha256 is not a sha256")
+    (err,) = ofed.input_errors(V_NEW, "repo", repo_url="http://m", repo_trusted=True,
+                               repo_signed_by="/k.gpg")
+    assert err.startswith("set either mlnx_ofed_repo_trusted")
+    assert ofed.repo_keyring(None, "http://m/key.gpg") == "/etc/apt/keyrings/mlnx_ofed.gpg"
+    assert ofed.repo_keyring("/k.gpg", "http://m/key.gpg") == "/k.gpg" and ofed.repo_keyring() is None
 
 
 def test_version_without_checksum_is_refused_in_one_line():

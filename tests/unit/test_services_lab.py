@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
 from fabricops.lab import fabric_services as fs
 
@@ -44,3 +46,30 @@ def test_install_into_root(tmp_path):
         "PathChanged=/var/lib/emulated-fabric/sm"
         in (tmp_path / "etc/systemd/system/emulated-hw-sm.path").read_text()
     )
+
+
+@pytest.mark.skipif(shutil.which("gpgv") is None or shutil.which("gpg") is None, reason="needs gpg, gpgv")
+def test_fm_repo_is_signed_and_its_key_reaches_the_role(tmp_path, monkeypatch):
+    """prepare() signs the repository (InRelease, Release.gpg) and hands the key's URL and sha256 to
+    the role (issue 15: no more [trusted=yes]); gpgv, apt's verifier, accepts them with that key
+    and refuses a Release changed after signing."""
+    from fabricops.lab import paths
+
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
+    facts = fs.prepare({})
+    assert facts["repo_key_url"] == f"http://198.51.100.1:8080/{fs.ofed_repo.KEY_FILE}"
+    key = paths.repo_dir() / fs.ofed_repo.KEY_FILE
+    assert fs.ofed_repo.sha256(key) == facts["repo_key_sha256"]
+    repo = paths.repo_dir() / fs.FM_REPO
+    ok = subprocess.run(["gpgv", "--keyring", str(key), str(repo / "InRelease")], capture_output=True,
+                        text=True)
+    assert ok.returncode == 0, ok.stderr
+    detached = ["gpgv", "--keyring", str(key), str(repo / "Release.gpg"), str(repo / "Release")]
+    assert subprocess.run(detached, capture_output=True).returncode == 0
+    (repo / "Release").write_text((repo / "Release").read_text() + "Label: tampered\n")
+    assert subprocess.run(detached, capture_output=True).returncode != 0
+    defaults = yaml.safe_load((Path(__file__).parents[2] / "roles/nvidia_fabric_manager/defaults/main.yml")
+                              .read_text())
+    want = "{{ fabricops_fabric_manager.repo_key_url | default('') }}"
+    assert defaults["nvidia_fabric_manager_repo_key_url"] == want
+    assert defaults["nvidia_fabric_manager_repo_trusted"] is False

@@ -86,7 +86,8 @@ def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS) -> dict[st
 def prepare(lab: dict[str, Any]) -> dict[str, Any]:
     """Build the fabric manager repository next to the MLNX_OFED one (call after
     ``ofed_repo.prepare``, whose rebuild clears ``repo_dir()``); return the group_vars facts
-    (``fabricops_fabric_manager``): ``{"repo_url", "versions", "packages"}``."""
+    (``fabricops_fabric_manager``): ``{"repo_url", "versions", "packages", "repo_key_url",
+    "repo_key_sha256"}`` (the repository is signed with the lab's key)."""
     out = paths.repo_dir() / FM_REPO
     cfg = lab.get("fabric_manager_build") or {}
     versions = tuple(cfg.get("versions") or FM_VERSIONS)
@@ -99,8 +100,13 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
             manifest = None
     if not manifest or manifest.get("versions") != list(versions):
         manifest = build_fm_repo(out, versions)
+    # Signed like a real repository (roles write signed-by; ofed_repo.sign_repo): the key is served
+    # next to the MLNX_OFED one and handed to nvidia_fabric_manager through these facts.
+    key_sha256 = ofed_repo.export_key(paths.repo_dir() / ofed_repo.KEY_FILE)
+    ofed_repo.sign_repo(out)
     base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
-    return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"]}
+    return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"],
+            "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}", "repo_key_sha256": key_sha256}
 
 
 # --- hosts ------------------------------------------------------------------------------------

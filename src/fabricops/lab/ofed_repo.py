@@ -352,6 +352,91 @@ def write_index(deb_dir: Path, *, label: str) -> None:
     (deb_dir / "Release").write_text("\n".join(release) + "\n")
 
 
+# --- signing -------------------------------------------------------------------------------------
+# The roles write apt sources with signed-by (issue 15), so the lab's mirrors are signed the way a
+# real flat repository is: an InRelease (clear-signed Release) and a detached Release.gpg next to
+# Release (apt-secure(8); Debian wiki "DebianRepository/Format", "Flat Repository Format"), with a
+# key the lab generates once and serves as KEY_FILE (a binary OpenPGP keyring, what
+# sources.list(5) signed-by takes).
+
+KEY_FILE = "fabricops-lab-repo.gpg"
+KEY_UID = "fabricops lab repository <lab-repo@fabricops.invalid>"
+
+
+def signing_home() -> Path:
+    return paths.STATE_DIR / "repo-signing"
+
+
+def _gpg(home: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess:
+    gpg = shutil.which("gpg")
+    if gpg is None:
+        raise FabricopsError("gpg is not installed on the lab controller: install the gnupg package "
+                             "(the lab signs its apt mirrors)")
+    return subprocess.run([gpg, "--homedir", str(home), "--batch", "--yes", "--pinentry-mode", "loopback",
+                           "--passphrase", "", *args], capture_output=True, check=False, **kw)
+
+
+@contextlib.contextmanager
+def _agent(home: Path):
+    """Stop the gpg-agent gpg starts for ``home`` afterwards: nothing of the lab keeps running."""
+    try:
+        yield
+    finally:
+        gpgconf = shutil.which("gpgconf")
+        if gpgconf:
+            subprocess.run([gpgconf, "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True,
+                           check=False)
+
+
+def signing_key(home: Path | None = None) -> tuple[Path, str]:
+    """Create the lab's repository signing key once (no passphrase: a lab key); return
+    (its GnuPG home, its fingerprint)."""
+    home = home or signing_home()
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+
+    def fingerprint() -> str | None:
+        proc = _gpg(home, "--with-colons", "--list-secret-keys", KEY_UID, text=True)
+        for line in proc.stdout.splitlines():
+            if line.startswith("fpr:"):
+                return line.split(":")[9]
+        return None
+
+    with _agent(home):
+        fpr = fingerprint()
+        if fpr is None:
+            proc = _gpg(home, "--quick-generate-key", KEY_UID, "ed25519", "sign", "never", text=True)
+            fpr = fingerprint()
+            if proc.returncode != 0 or fpr is None:
+                raise FabricopsError(
+                    f"gpg could not create the lab's repository key: {proc.stderr.strip()[-300:]}"
+                )
+    return home, fpr
+
+
+def export_key(dest: Path, home: Path | None = None) -> str:
+    """Write the public key to ``dest`` (binary keyring); return its sha256."""
+    home, fpr = signing_key(home)
+    with _agent(home):
+        proc = _gpg(home, "--export", fpr)
+    if proc.returncode != 0 or not proc.stdout:
+        raise FabricopsError(f"gpg could not export the lab's repository key: {proc.stderr.decode()[-300:]}")
+    dest.write_bytes(proc.stdout)
+    return sha256(dest)
+
+
+def sign_repo(deb_dir: Path, home: Path | None = None) -> None:
+    """InRelease and Release.gpg for ``deb_dir``'s Release (written by :func:`write_index`)."""
+    home, fpr = signing_key(home)
+    release = deb_dir / "Release"
+    with _agent(home):
+        for args in (("--clearsign", "-o", str(deb_dir / "InRelease")),
+                     ("--armor", "--detach-sign", "-o", str(deb_dir / "Release.gpg"))):
+            proc = _gpg(home, "--local-user", fpr, "--digest-algo", "SHA256", *args, str(release), text=True)
+            if proc.returncode != 0:
+                raise FabricopsError(f"gpg could not sign {release}: {proc.stderr.strip()[-300:]}")
+
+
 # --- the tree, tarball and ISO ------------------------------------------------------------------
 
 def build_tree(parent: Path, version: str, kernel: str, distro: str = DISTRO) -> Path:
@@ -597,8 +682,10 @@ def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_
 
     ``lab.get("ofed_build")`` may override ``versions``, ``default_version``, ``built_for_kernel``
     and ``distro`` (``lab["ofed"]`` is where the lab stores the facts this returns). Returns
-    ``{"base_url", "pid", "versions": {VER: {"iso_url", "iso_sha256", "tgz_url", "tgz_sha256",
-    "repo_url", "dir", "built_for_kernel"}}, "default_version", "distro"}`` (docs/lab-ofed.md).
+    ``{"base_url", "repo_key_url", "repo_key_sha256", "pid", "versions": {VER: {"iso_url",
+    "iso_sha256", "tgz_url", "tgz_sha256", "repo_url", "dir", "built_for_kernel"}}, "default_version",
+    "distro"}`` (docs/lab-ofed.md). The apt mirrors are signed with the lab's key (:func:`sign_repo`),
+    served at ``repo_key_url``.
     """
     cfg = lab.get("ofed_build") or {}
     versions = tuple(cfg.get("versions") or VERSIONS)
@@ -608,11 +695,16 @@ def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_
     distro = cfg.get("distro") or DISTRO
     out = paths.repo_dir()
     manifest = build(out, versions, cfg.get("built_for_kernel") or default_kernel(), distro)
+    key_sha256 = export_key(out / KEY_FILE)
+    for f in manifest["versions"].values():
+        sign_repo(out / f["repo"])
     stop(lab)
     pid = serve(out, bind, port)
     base = f"http://{bind}:{port}"
     return {
         "base_url": f"{base}/",
+        "repo_key_url": f"{base}/{KEY_FILE}",
+        "repo_key_sha256": key_sha256,
         "pid": pid,
         "distro": distro,
         "default_version": default,

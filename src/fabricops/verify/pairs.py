@@ -11,6 +11,7 @@ with *different* peers fail (:func:`blame`).
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import threading
 import time
@@ -27,7 +28,22 @@ from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
 
 RunFn = Callable[[str, str, float], Mapping[str, Any]]  # (host, command, timeout_s) -> {rc, stdout, stderr}
 TESTS = ("ib_write_bw", "ib_write_lat")
-PID_DIR = "/tmp"
+#: Parent of the per-run private directory on the server host. The directory's name carries an
+#: unguessable token and is made with ``mkdir`` under ``umask 077`` (which fails rather than reuse
+#: a path someone planted), so no other user can write the pid file the stop command reads.
+RUN_DIR_PARENT = "/tmp"
+_TOKEN_CHARS = frozenset("0123456789abcdef")
+
+
+def new_token() -> str:
+    """A fresh token naming one server run's private directory (128 bits)."""
+    return secrets.token_hex(16)
+
+
+def _run_dir(token: str) -> str:
+    if len(token) < 16 or not set(token) <= _TOKEN_CHARS:
+        raise ValueError(f"run token {token!r} is not a hex string of at least 16 digits")
+    return f"{RUN_DIR_PARENT}/fabricops-verify.{token}"
 
 
 @dataclass(frozen=True)
@@ -191,18 +207,54 @@ def _args(
     return argv
 
 
-def server_command(
+def _server_argv(
     test: str, device: str, tcp_port: int, opts: Mapping[str, Any], extra: Sequence[str] = ()
+) -> list[str]:
+    return ["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts, extra)]
+
+
+def server_command(
+    test: str,
+    device: str,
+    tcp_port: int,
+    opts: Mapping[str, Any],
+    extra: Sequence[str] = (),
+    token: str | None = None,
 ) -> str:
-    """Server side, bounded by ``timeout``; its pid is kept so a failed client can stop it."""
-    pidfile = f"{PID_DIR}/fabricops-verify-{tcp_port}.pid"
-    argv = shlex.join(["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts, extra)])
-    return f"{argv} & p=$!; echo $p > {pidfile}; wait $p; rc=$?; rm -f {pidfile}; exit $rc"
+    """Server side, bounded by ``timeout``. Its pid goes into a private directory of this run
+    (``token``), so a failed client can stop exactly this server (:func:`stop_server_command`)."""
+    d = shlex.quote(_run_dir(token or new_token()))
+    argv = shlex.join(_server_argv(test, device, tcp_port, opts, extra))
+    return (
+        f"umask 077; d={d}; mkdir \"$d\" || exit 4; "
+        f"{argv} & p=$!; echo \"$p\" > \"$d/server.pid\"; wait $p; rc=$?; "
+        f"rm -f \"$d/server.pid\"; rmdir \"$d\"; exit $rc"
+    )
 
 
-def stop_server_command(tcp_port: int) -> str:
-    pidfile = f"{PID_DIR}/fabricops-verify-{tcp_port}.pid"
-    return f"if [ -f {pidfile} ]; then kill $(cat {pidfile}) 2>/dev/null; rm -f {pidfile}; fi; true"
+def stop_server_command(
+    test: str,
+    device: str,
+    tcp_port: int,
+    opts: Mapping[str, Any],
+    extra: Sequence[str] = (),
+    token: str = "",
+) -> str:
+    """Stop the server :func:`server_command` started with ``token`` -- and nothing else.
+
+    The pid is read only from the run's own directory, and only when that directory is a real
+    directory owned by the caller; it is signalled only when it is a plain number above 1, the
+    process belongs to the caller, and its command line is exactly the server's ``timeout ...``
+    line (``timeout`` passes the signal on to perftest)."""
+    d = shlex.quote(_run_dir(token))
+    want = shlex.quote("".join(f"{a} " for a in _server_argv(test, device, tcp_port, opts, extra)))
+    return (
+        f"d={d}; f=\"$d/server.pid\"; "
+        'if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -f "$f" ] && [ ! -L "$f" ]; then '
+        'p=$(head -c 32 "$f"); case "$p" in ""|*[!0-9]*) exit 0;; esac; '
+        f'if [ "$p" -gt 1 ] && [ -O "/proc/$p" ] && [ "$(tr "\\000" " " < "/proc/$p/cmdline")" = {want} ]; '
+        'then kill "$p" 2>/dev/null; fi; fi; true'
+    )
 
 
 def client_command(
@@ -447,10 +499,15 @@ def run_test(
         x_b = roce_args(rail.gid_index.get(test.host_b), rail.tos)
     for name in tests:
         server_res: dict[str, Any] = {}
+        token = new_token()
 
-        def serve(name: str = name, box: dict[str, Any] = server_res) -> None:
+        def serve(name: str = name, box: dict[str, Any] = server_res, token: str = token) -> None:
             box.update(
-                run(test.host_b, server_command(name, test.dev_b, tcp, opts, x_b), opts["timeout_s"] + 10)
+                run(
+                    test.host_b,
+                    server_command(name, test.dev_b, tcp, opts, x_b, token=token),
+                    opts["timeout_s"] + 10,
+                )
             )
 
         t0 = time.monotonic()
@@ -465,7 +522,7 @@ def run_test(
             )
         )
         if client.get("rc") != 0:
-            run(test.host_b, stop_server_command(tcp), 30)
+            run(test.host_b, stop_server_command(name, test.dev_b, tcp, opts, x_b, token=token), 30)
         th.join(opts["timeout_s"] + 15)
         if th.is_alive():
             server_res = {"rc": None, "stdout": "", "stderr": "server did not return"}

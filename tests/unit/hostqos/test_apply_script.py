@@ -6,6 +6,7 @@ apply converges, verify passes; an openibd restart loses the state, verify says 
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import re
@@ -20,6 +21,7 @@ from fabricops.hostqos.plan import host_plan
 
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "roce_host"
 MANAGED = "Ansible managed: do not edit"
+SCRIPT = ROLE / "files" / "fabricops-roce-qos"  # shipped as is: no value is pasted into its code
 ROCE = {"lossless_priority": 3, "dscp": 26, "cable_length_m": 7}
 
 
@@ -49,7 +51,7 @@ def render(name: str, **extra) -> str:
 @pytest.fixture
 def script(tmp_path):
     path = tmp_path / "fabricops_roce_qos.py"
-    path.write_text(render("fabricops-roce-qos.j2"))
+    path.write_text(SCRIPT.read_text())
     spec = importlib.util.spec_from_file_location("fabricops_roce_qos", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -63,11 +65,29 @@ def qos(host):  # noqa: F811
 
 
 def test_templates_have_header_and_no_timestamp():
-    for name in ("fabricops-roce-qos.j2", "roce-qos.json.j2", "fabricops-roce-qos.service.j2"):
+    for name in ("roce-qos.json.j2", "fabricops-roce-qos.service.j2"):
         text = render(name)
         assert MANAGED in text.splitlines()[1 if text.startswith("#!") else 0]
         assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}", text), name
         assert render(name) == text  # deterministic
+    script = SCRIPT.read_text()
+    assert "Managed by Ansible" in script.splitlines()[1]
+    assert "{{" not in script and "{%" not in script  # not a template: nothing is pasted into the code
+
+
+def test_script_reads_the_config_path_from_the_unit_and_wait_from_the_config(tmp_path, host, capsys):  # noqa: F811
+    loader = importlib.machinery.SourceFileLoader("s3", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("s3", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    config = tmp_path / "odd path's \"config\".json"
+    config.write_text(render("roce-qos.json.j2", roce_host_boot_wait_s=0))
+    assert mod.main(["apply", "--config", str(config)], system=host) == 0
+    assert f"match {config}" in capsys.readouterr().out
+    assert mod.main(["verify", "--config"], system=host) == 2  # --config without a path
+    text = "".join(line for line in config.read_text().splitlines(True) if not line.startswith("#"))
+    doc = json.loads(text)
+    assert doc["boot_wait_s"] == 0
 
 
 def test_config_is_the_plan():
@@ -86,6 +106,9 @@ def test_unit_orders_after_openibd_and_before_network():
     assert "PartOf=openibd.service" in unit and "Before=network-pre.target" in unit
     assert re.search(r"^WantedBy=multi-user\.target openibd\.service$", unit, re.M)
     assert "ExecStart=/usr/local/sbin/fabricops-roce-qos apply" in unit
+    exec_start = (r"^ExecStart=/usr/local/sbin/fabricops-roce-qos apply "
+                  r"--config /etc/fabricops/roce-qos\.json$")
+    assert re.search(exec_start, unit, re.M)
     bare = render("fabricops-roce-qos.service.j2", __roce_host_has_openibd=False)
     assert "openibd" not in bare and re.search(r"^WantedBy=multi-user\.target$", bare, re.M)
 
@@ -135,7 +158,7 @@ def test_drift_in_a_sysfs_knob_is_reported(script, host, capsys):  # noqa: F811
 
 
 def test_unreadable_config_exits_2(tmp_path, script, host):  # noqa: F811
-    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")
+    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")  # fixture's copy
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["apply"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2

@@ -510,3 +510,39 @@ def test_tarball_bytes_are_reproducible(tmp_path, repo):
     assert a.read_bytes() == b.read_bytes()
     with tarfile.open(fileobj=io.BytesIO(a.read_bytes())) as tar:
         assert {m.uname for m in tar.getmembers()} == {"root"}
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None or shutil.which("gpg") is None,
+                    reason="needs apt-get, gpg")
+def test_mirror_is_signed_and_apt_checks_it_with_signed_by(served, tmp_path):
+    """The roles write ``deb [signed-by=KEYRING] URL ./`` (issue 15): real apt accepts the lab's mirror
+    with the key the lab serves (checked against its sha256), and refuses it with another key."""
+    _, facts, _ = served
+    import urllib.request
+
+    key = tmp_path / "key.gpg"
+    with urllib.request.urlopen(facts["repo_key_url"], timeout=10) as resp:  # 127.0.0.1
+        key.write_bytes(resp.read())
+    assert ofed_repo.sha256(key) == facts["repo_key_sha256"]
+    other_home = tmp_path / "other-gpg"
+    other = tmp_path / "other.gpg"
+    ofed_repo.export_key(other, other_home)  # a different lab key
+
+    def update(keyring):
+        a = tmp_path / f"apt-{keyring.stem}"
+        for d in ("lists/partial", "cache/archives/partial"):
+            (a / d).mkdir(parents=True)
+        url = facts["versions"][OLD]["repo_url"]
+        (a / "sources.list").write_text(f"deb [signed-by={keyring}] {url} ./\n")
+        (a / "status").write_text("")
+        opts = [f"-oDir::Etc::SourceList={a}/sources.list", "-oDir::Etc::SourceParts=/dev/null",
+                f"-oDir::State::Lists={a}/lists", f"-oDir::Cache={a}/cache",
+                f"-oDir::State::status={a}/status", "-oDebug::NoLocking=1", "-oAPT::Get::List-Cleanup=0"]
+        return subprocess.run(["apt-get", *opts, "update"], capture_output=True, text=True, timeout=60)
+
+    good = update(key)
+    assert good.returncode == 0 and "NO_PUBKEY" not in good.stdout + good.stderr, good.stdout + good.stderr
+    assert "not signed" not in good.stdout + good.stderr
+    bad = update(other)
+    assert bad.returncode != 0 or "NO_PUBKEY" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    assert "NO_PUBKEY" in bad.stdout + bad.stderr or "not signed" in bad.stdout + bad.stderr
