@@ -444,12 +444,21 @@ def _nvue_failure(
         _disconnect(conn)
     done = (" " + "; ".join(notes).capitalize() + ".") if notes else ""
     diff = _differences(_flat(before), _flat(now))
-    if refused:
-        held = f" The applied revision now holds the other change: {'; '.join(diff)}." if diff else ""
+    if refused and not diff:
         return ChangeFailed(
             f"{head} Refused: another change is being made on the switch; nothing of this change was "
-            f"applied.{done}{held} Run again when the other change has finished.",
+            f"applied.{done} The applied revision equals the one read before. Run again when the other "
+            "change has finished.",
             "refused",
+            diff,
+            sent,
+        )
+    if refused:  # the other change's apply may have taken what this one had staged
+        return ChangeFailed(
+            f"{head} Refused to apply: another change is being made on the switch.{done} NOT restored: the "
+            "applied revision differs from the one read before (the other change, and possibly what this "
+            f"change had staged): {'; '.join(diff)}. Check the switch before running again.",
+            "not_restored",
             diff,
             sent,
         )
