@@ -14,13 +14,15 @@ reached, without any secret.
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 
 try:
     from fabricops.errors import FabricopsError
     from fabricops.switch import access as switch_access
     from fabricops.switch import transport
-    from fabricops.switch.model import normalize_os
+    from fabricops.switch.model import normalize_confirm_timeout, normalize_os
     from fabricops.switch.runner import run as run_resource
 except ImportError as exc:  # pragma: no cover - only without the Python package
     run_resource = None
@@ -29,23 +31,78 @@ else:
     IMPORT_ERROR = None
 
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # also in fabricops.switch.access
-ARGS = {
-    "state": "merged",
-    "roce": None,
-    "ports": None,
-    "cabling": None,
-    "os": None,
-    "pfc_watchdog": True,
-    "ets_lossless_percent": 50,
-    "buffer_pool": "default",
-    "save": True,
-    "confirm_timeout": "120s",
-    "discard_pending": False,
-    "running_config": None,
-    "known_hosts": None,
-    "timeout": 30,
-    "check_access": False,
+#: the task options, validated by Ansible's own argument-spec code (so ``"false"`` from -e is false);
+#: every value that reaches a switch CLI line is checked again in fabricops.switch.model / knobs.
+ARGUMENT_SPEC = {
+    "state": {
+        "type": "str",
+        "default": "merged",
+        "choices": ["merged", "replaced", "overridden", "deleted", "gathered", "rendered", "parsed"],
+    },
+    "roce": {"type": "dict"},
+    "ports": {"type": "list", "elements": "str"},
+    "cabling": {"type": "list", "elements": "dict"},
+    "os": {"type": "str"},
+    "pfc_watchdog": {"type": "bool", "default": True},
+    "ets_lossless_percent": {"type": "int", "default": 50},
+    "buffer_pool": {
+        "type": "str",
+        "default": "default",
+        "choices": ["default", "lossless", "lossless-single-ipool"],
+    },
+    "save": {"type": "bool", "default": True},
+    "confirm_timeout": {"type": "str", "default": "120s"},
+    "discard_pending": {"type": "bool", "default": False},
+    "running_config": {"type": "str"},
+    "known_hosts": {"type": "path"},
+    "timeout": {"type": "int", "default": 30},
+    "check_access": {"type": "bool", "default": False},
 }
+ARGS = {name: spec.get("default") for name, spec in ARGUMENT_SPEC.items()}
+
+
+def _plain(name, value):
+    """Strings in rendered options hold printable ASCII only (no newline, control char, non-ASCII)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _plain(f"{name}.{k}", k)
+            _plain(f"{name}.{k}", v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _plain(name, v)
+    elif isinstance(value, str) and not (value.isascii() and value.isprintable()):
+        raise ValueError(
+            f"roce_switch: {name} {value!r} holds a control or non-ASCII character; use plain ASCII."
+        )
+
+
+def validate_args(raw):
+    """Task options -> validated dict, or raise ValueError with one sentence (nothing is sent)."""
+    given = {k: v for k, v in (raw or {}).items() if v is not None}
+    for name, value in given.items():
+        if name not in {"running_config", "known_hosts"}:
+            _plain(name, value)
+    result = ArgumentSpecValidator(ARGUMENT_SPEC).validate(given)
+    if result.error_messages:
+        unsupported = any(isinstance(err, UnsupportedError) for err in result.errors)
+        msgs = [
+            ("unsupported option(s) " if unsupported and "Supported parameters" in m else "") + m.rstrip(".")
+            for m in result.error_messages
+        ]
+        text = "; ".join(msgs)  # a value with a newline or control character is shown escaped
+        raise ValueError(
+            "roce_switch: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) + "."
+        )
+    args = result.validated_parameters
+    if not 1 <= args["ets_lossless_percent"] <= 99:
+        raise ValueError(f"roce_switch: ets_lossless_percent is {args['ets_lossless_percent']}; use 1 to 99.")
+    if not 1 <= args["timeout"] <= 600:
+        raise ValueError(f"roce_switch: timeout is {args['timeout']}; use 1 to 600 seconds.")
+    try:
+        args["confirm_timeout"] = normalize_confirm_timeout(args["confirm_timeout"])
+    except FabricopsError as exc:
+        raise ValueError(f"roce_switch: {exc}") from None
+    return args
 
 
 class ActionModule(ActionBase):
@@ -66,11 +123,12 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 f"fabricops.fabric.roce_switch needs the fabricops Python package: {IMPORT_ERROR}"
             )
-        unknown = sorted(set(self._task.args) - set(ARGS))
-        if unknown:
-            raise AnsibleActionFail(f"roce_switch: unsupported option(s) {', '.join(unknown)}")
-        args = {**ARGS, **{k: v for k, v in self._task.args.items() if v is not None}}
         switch = task_vars.get("inventory_hostname", "switch")
+        try:
+            args = validate_args(self._task.args)
+        except ValueError as exc:
+            result.update(failed=True, changed=False, msg=f"{switch}: {exc}")
+            return result
         try:
             os_name = normalize_os(
                 args["os"] or self._var(task_vars, "fabricops_switch_os", "ansible_network_os")
@@ -121,6 +179,8 @@ class ActionModule(ActionBase):
             )
         except FabricopsError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
+            if hasattr(exc, "outcome"):  # a failed change: what the switch holds, read back
+                result.update(outcome=exc.outcome, difference=exc.difference, sent=exc.sent)
             return result
         diff = out.pop("diff", None)
         result.update(out)

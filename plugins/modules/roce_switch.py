@@ -87,6 +87,7 @@ options:
   confirm_timeout:
     description:
       - NVUE C(nv config apply --confirm) time (C(30s), C(5m)); the apply rolls back unless confirmed.
+        Digits and one unit letter, 10s to 1h; anything else is refused before the switch is contacted.
     type: str
     default: 120s
   discard_pending:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fabricops.errors import FabricopsError
+
 __all__ = [
     "NVUE_KNOBS",
     "ONYX_KNOBS",
@@ -29,7 +31,9 @@ __all__ = [
     "Key",
     "NvueKnob",
     "OnyxKnob",
+    "UnsafeLine",
     "bytes_value",
+    "check_line",
     "nvue_facts",
     "nvue_knob",
     "onyx_facts",
@@ -42,9 +46,43 @@ Facts = dict[Key, Any]
 
 _ANY = r"\S+"
 
+#: what a rendered CLI line may hold: ASCII letters, digits, space and ``/ , . _ -`` (port ranges,
+#: sizes, ``--confirm 120s -y``). Anything else (newline, control characters, ``;``, ``$()``,
+#: backticks, quotes, ``|``, ``>``, non-ASCII) could start a second command on the switch shell.
+_SAFE_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 /,._-]*", re.ASCII)
+
+
+class UnsafeLine(FabricopsError, ValueError):
+    """A rendered line that could carry a second command; nothing is sent."""
+
+
+def check_line(line: str) -> str:
+    """``line`` unchanged, or :class:`UnsafeLine` when it is not one plain CLI command.
+
+    The last line of defence: every option is validated at the boundary (argument spec, model), and
+    every line that reaches a switch passes through here.
+    """
+    text = str(line)
+    if not _SAFE_LINE.fullmatch(text) or ".." in text or "  " in text or text != text.strip():
+        raise UnsafeLine(
+            f"refusing to send {text!r} to the switch: a CLI line may hold only ASCII letters, digits, "
+            "single spaces and / , . _ - (no newline, control character, quote, ;, $, `, .. or non-ASCII)."
+        )
+    return text
+
 
 def _conv(text: str) -> Any:
     return int(text) if re.fullmatch(r"\d+", text) else text
+
+
+#: the port placeholder of ``resource._render`` (it groups per-port lines, then checks the final line)
+PORT_PLACEHOLDER = "\0"
+
+
+def _checked(line: str, key: Key) -> str:
+    if PORT_PLACEHOLDER not in key[1:2]:
+        check_line(line)
+    return line
 
 
 # --------------------------------------------------------------------------- Onyx
@@ -97,10 +135,12 @@ class OnyxKnob:
 
     def render(self, key: Key, value: Any) -> str:
         """The configuration line (without the ``interface ethernet`` prefix for per-port knobs)."""
-        return self.template.format(**self._values(key, value))
+        return _checked(self.template.format(**self._values(key, value)), key)
 
     def render_remove(self, key: Key, value: Any) -> str | None:
-        return None if self.remove is None else self.remove.format(**self._values(key, value))
+        if self.remove is None:
+            return None
+        return _checked(self.remove.format(**self._values(key, value)), key)
 
 
 #: Onyx RoCE knobs, in the order commands are sent (global before per-port).
@@ -151,12 +191,15 @@ ONYX_KNOBS: tuple[OnyxKnob, ...] = (
         remove="no traffic-class {tc} congestion-control",
         field_re={"tc": r"[0-7]", "min_kb": r"\d+", "max_kb": r"\d+"},
     ),
-    # Onyx has no "no" form for ETS that the lab accepts: an ETS setting is overwritten, never removed.
+    # `no traffic-class <tc> dcb ets` takes the class back to the default scheduling (Onyx user manual,
+    # QoS commands: `[no] traffic-class <tc> dcb ets {strict | wrr <weight>}`; the lab's engine has the
+    # same no form). Without it a restore could not remove an ETS line the change added.
     OnyxKnob(
         "port_ets",
         "traffic-class {tc} dcb ets {ets}",
         keys=("tc",),
         per_port=True,
+        remove="no traffic-class {tc} dcb ets",
         field_re={"tc": r"[0-7]", "ets": r"strict|wrr \d+"},
     ),
     OnyxKnob("port_pfc_wd", "pfc-wd", per_port=True, remove="no pfc-wd"),
@@ -229,10 +272,10 @@ class NvueKnob:
 
     def render(self, key: Key, value: Any) -> str:
         words = self._fill(self.path, key)
-        return "nv set " + " ".join(words) + (f" {self.write(value)}" if self.leaf else "")
+        return _checked("nv set " + " ".join(words) + (f" {self.write(value)}" if self.leaf else ""), key)
 
     def render_remove(self, key: Key, value: Any) -> str | None:
-        return "nv unset " + " ".join(self._fill(self.unset or self.path, key))
+        return _checked("nv unset " + " ".join(self._fill(self.unset or self.path, key)), key)
 
     def _fill(self, path: tuple[str, ...], key: Key) -> list[str]:
         vals = dict(zip(self.keys, key[1:], strict=True))

@@ -22,6 +22,8 @@ __all__ = [
     "OS_NAMES",
     "SwitchError",
     "SwitchSpec",
+    "confirm_seconds",
+    "normalize_confirm_timeout",
     "normalize_os",
     "normalize_ports",
     "ports_from_cabling",
@@ -57,6 +59,34 @@ def normalize_os(name: str | None) -> str:
     return os_name
 
 
+#: NVUE ``nv config apply --confirm <time>``: seconds/minutes/hours, a bare number is minutes
+#: (NVUE reference, Config Commands: "nv config apply --confirm 60 requires you to confirm within
+#: one hour"). 10 s to 1 h: the check session needs time, and a longer window leaves a switch open.
+_CONFIRM = re.compile(r"([0-9]{1,4})([smh]?)", re.ASCII)
+
+
+def confirm_seconds(value: str) -> int:
+    m = _CONFIRM.fullmatch(value)
+    if not m:
+        raise ValueError(value)
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "": 60}[m.group(2)]
+
+
+def normalize_confirm_timeout(value: Any) -> str:
+    """``roce_switch_confirm_timeout`` checked before it reaches ``nv config apply --confirm``."""
+    text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
+    try:
+        seconds = confirm_seconds(text) if text is not None else -1
+    except ValueError:
+        seconds = -1
+    if not 10 <= seconds <= 3600:
+        raise SwitchError(
+            f"roce_switch_confirm_timeout {value!r} is not a confirm time; write 10s to 3600s, 1m to 60m "
+            "or 1h (digits and one unit letter, nothing else)."
+        )
+    return text
+
+
 def _natural(name: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
@@ -65,14 +95,16 @@ def normalize_ports(os_name: str, ports: Iterable[str]) -> list[str]:
     """Onyx ``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted), Cumulus ``swpN`` (``swp1s0`` too)."""
     out: set[str] = set()
     for raw in ports:
-        p = str(raw).strip()
+        if not isinstance(raw, str | int) or isinstance(raw, bool):
+            raise SwitchError(f"{raw!r} is not a switch port name.")
+        p = str(raw).strip(" ")
         if os_name == "onyx":
-            m = re.fullmatch(r"(?i)(?:eth(?:ernet)?\s*)?(\d+/\d+(?:/\d+)?)", p)
+            m = re.fullmatch(r"(?i)(?:eth(?:ernet)? ?)?([0-9]{1,2}/[0-9]{1,3}(?:/[0-9]{1,2})?)", p, re.ASCII)
             if not m:
                 raise SwitchError(f"{p!r} is not an Onyx Ethernet port (write Eth1/1).")
             out.add("Eth" + m.group(1))
         else:
-            if not re.fullmatch(r"swp\d+(?:s\d+)?", p):
+            if not re.fullmatch(r"swp[0-9]{1,3}(?:s[0-9]{1,2})?", p, re.ASCII):
                 raise SwitchError(f"{p!r} is not a Cumulus switch port (write swp1).")
             out.add(p)
     return sorted(out, key=_natural)
@@ -124,6 +156,10 @@ def switch_spec(
     os_name = normalize_os(os_name)
     cfg = roce if isinstance(roce, RoceConfig) else validate(roce)
     port_list = normalize_ports(os_name, ports)
+    if isinstance(ets_lossless_percent, bool) or not isinstance(ets_lossless_percent, int):
+        raise SwitchError(
+            f"roce_switch_ets_lossless_percent is {ets_lossless_percent!r}; use an integer 1 to 99."
+        )
     if not 1 <= int(ets_lossless_percent) <= 99:
         raise SwitchError(f"roce_switch_ets_lossless_percent is {ets_lossless_percent}; use 1 to 99.")
     if buffer_pool == "default":

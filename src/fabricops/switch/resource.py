@@ -22,7 +22,19 @@ from fabricops.errors import ParseError
 from fabricops.parsers import nvue as nvue_parser
 from fabricops.parsers import onyx as onyx_parser
 
-from .knobs import NVUE_KNOBS, ONYX_KNOBS, Facts, Key, nvue_facts, nvue_knob, onyx_facts, onyx_knob
+from .knobs import (
+    NVUE_KNOBS,
+    ONYX_KNOBS,
+    PORT_PLACEHOLDER,
+    Facts,
+    Key,
+    UnsafeLine,
+    check_line,
+    nvue_facts,
+    nvue_knob,
+    onyx_facts,
+    onyx_knob,
+)
 from .model import SwitchError
 
 __all__ = [
@@ -140,7 +152,7 @@ def _render(os_name: str, items: list[tuple[Key, Any]], remove: bool) -> list[st
             continue
         # render with a placeholder port so identical commands on several ports group together
         port = key[1]
-        templ_key = (key[0], "\0", *key[2:])
+        templ_key = (key[0], PORT_PLACEHOLDER, *key[2:])
         text = knob.render_remove(templ_key, value) if remove else knob.render(templ_key, value)
         if text is None:
             continue
@@ -155,8 +167,11 @@ def _render(os_name: str, items: list[tuple[Key, Any]], remove: bool) -> list[st
         elif os_name == "onyx":
             lines += [f"interface ethernet {spec} {text}" for spec in _onyx_port_spec(ports)]
         else:
-            lines.append(text.replace("\0", ",".join(_nvue_port_spec(ports))))
-    return lines
+            lines.append(text.replace(PORT_PLACEHOLDER, ",".join(_nvue_port_spec(ports))))
+    try:
+        return [check_line(line) for line in lines]
+    except UnsafeLine as exc:
+        raise SwitchError(str(exc)) from None
 
 
 def compute(state: str, want: Facts, have: Facts, os_name: str, ports: Iterable[str] = ()) -> list[str]:

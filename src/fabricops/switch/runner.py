@@ -13,9 +13,18 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 
-from . import transport
+from . import change, transport
 from .knobs import Facts, nvue_facts
-from .model import SwitchError, normalize_os, normalize_ports, ports_from_cabling, switch_spec, want_facts
+from .lock import switch_lock
+from .model import (
+    SwitchError,
+    normalize_confirm_timeout,
+    normalize_os,
+    normalize_ports,
+    ports_from_cabling,
+    switch_spec,
+    want_facts,
+)
 from .resource import STATES, apply_facts, compute, config_lines, facts_from_onyx_config, gather, structured
 
 __all__ = ["run"]
@@ -72,10 +81,20 @@ def run(
     running_config: str | None = None,
     connector: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    """One switch, one state. Raises :class:`FabricopsError` (one sentence naming switch and step)."""
+    """One switch, one state. Raises :class:`FabricopsError` (one sentence naming switch and step).
+
+    A change (merged / replaced / overridden / deleted, not in check mode) holds the switch's
+    controller-side lock from before the first connection to the end, so a second run on the same
+    switch stops before it sends anything and names the first; a failed change raises
+    :class:`fabricops.switch.change.ChangeFailed`, whose ``outcome`` says what the switch holds.
+    """
     if state not in STATES:
         raise SwitchError(f"{switch}: state {state!r} is not one of {', '.join(STATES)}.")
     os_name = normalize_os(os_name)
+    try:
+        confirm_timeout = normalize_confirm_timeout(confirm_timeout)
+    except SwitchError as exc:
+        raise SwitchError(f"{switch}: step 'validate' failed: {exc}") from None
     if state == "parsed":
         if not running_config:
             raise SwitchError(
@@ -112,6 +131,26 @@ def run(
 
     if connector is None:
         raise SwitchError(f"{switch}: no connection details to reach the switch.")
+    if state in {"merged", "replaced", "overridden", "deleted"} and not check_mode:
+        with switch_lock(switch, f"roce_switch state={state}"):
+            return _session(switch, os_name, state, want, port_list, check_mode, save, confirm_timeout,
+                            discard_pending, connector)
+    return _session(switch, os_name, state, want, port_list, check_mode, save, confirm_timeout,
+                    discard_pending, connector)
+
+
+def _session(
+    switch: str,
+    os_name: str,
+    state: str,
+    want: Facts,
+    port_list: list[str],
+    check_mode: bool,
+    save: bool,
+    confirm_timeout: str,
+    discard_pending: bool,
+    connector: Callable[[], Any],
+) -> dict[str, Any]:
     step = "connect"
     try:
         conn = connector()
@@ -155,25 +194,43 @@ def run(
         if os_name == "cumulus":
             sent_first = transport.require_no_pending(conn, switch, data, discard_pending)
         step = "apply"
-        outcome = transport.apply(
-            conn,
-            commands,
-            os_name=os_name,
-            switch=switch,
-            reconnect=connector,
-            before_facts=before,
-            want=want,
-            state=state,
-            ports=port_list,
-            save=save,
-            confirm_timeout=confirm_timeout,
-        )
+        try:
+            if os_name == "onyx":
+                outcome = change.apply_onyx(
+                    conn,
+                    commands,
+                    switch=switch,
+                    reconnect=connector,
+                    before_config=data["running-config"],
+                    before_facts=before,
+                    want=want,
+                    state=state,
+                    ports=port_list,
+                    save=save,
+                )
+            else:
+                outcome = change.apply_nvue(
+                    conn,
+                    commands,
+                    switch=switch,
+                    reconnect=connector,
+                    before_facts=before,
+                    want=want,
+                    state=state,
+                    ports=port_list,
+                    save=save,
+                    confirm_timeout=confirm_timeout,
+                )
+        except change.ChangeFailed as exc:
+            exc.sent = sent_first + exc.sent
+            raise
         after = outcome.after or predicted
         result.update(
             changed=outcome.changed,
             after=structured(os_name, after),
             sent=sent_first + outcome.sent,
             notes=outcome.notes,
+            outcome=outcome.outcome if outcome.changed else "unchanged",
         )
         if outcome.after_data:
             result["operational_after"] = gather(os_name, outcome.after_data, port_list)[1]

@@ -123,3 +123,12 @@ def rack(request, tmp_path):
     if request.param == "onyx":
         return Rack("onyx", tmp_path, [f"Eth1/{n}" for n in range(1, 9)])
     return Rack("cumulus", tmp_path, [f"swp{n}" for n in range(1, 9)])
+
+
+@pytest.fixture(autouse=True)
+def _lock_dir(tmp_path, monkeypatch):
+    """Each test's controller-side switch locks live in its own directory."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    return runtime

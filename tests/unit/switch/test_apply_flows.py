@@ -35,10 +35,11 @@ def test_onyx_session_drop_restores_previous_config(onyx_rack, after):
     assert "previous configuration was restored" in msg
     now = facts_from_onyx_config("\n".join(onyx_rack.state()))
     was = facts_from_onyx_config("\n".join(before))
-    # Onyx offers no "no" form for an ETS line (the lab rejects one): a new ETS weight can stay behind
+    # every knob has a removal now (ETS: `no traffic-class N dcb ets`): nothing stays behind
     residue = {k: v for k, v in now.items() if k not in was}
-    assert all(k[0] == "port_ets" for k in residue)
+    assert residue == {}
     assert {k: v for k, v in now.items() if k in was} == was
+    assert onyx_rack.state() == before  # the whole running config, not only the RoCE knobs
     assert onyx_rack.switch.saved_path.read_text() == saved  # configuration write never sent
     assert "configuration write" not in onyx_rack.log[-1:]
 

@@ -448,8 +448,11 @@ class NvueSession:
         self.sw = switch
         self.user = user
         self.closed = False
+        self.frozen = False  # a `freeze` fault: no output and no prompt from now on
 
     def prompt(self) -> str:
+        if self.frozen:
+            return ""
         return f"{self.user}@{self.sw.name}:mgmt:~$ "
 
     def banner(self) -> str:
@@ -458,10 +461,36 @@ class NvueSession:
     def handle(self, line: str) -> tuple[str, bool]:
         if self.closed:
             return "", True
+        if self.frozen:
+            return "", False
         if self.sw.faults.refresh_changed_ports():
             self.sw.write_fabric()
         self.sw.check_confirm()
         s = line.strip()
+        rule = self.sw.faults.match(s) if s else None
+        act = rule["action"] if rule else ""
+        if act == "drop":
+            self.closed = True
+            return "", True
+        if act == "freeze":
+            self.frozen = True
+            return "", False
+        if act == "reject":  # NVUE reports a refused change as "Error: ..." (as _validate does)
+            return f"Error: Invalid config [rev_id: {self.sw.rev}]\n  rejected: {s}\n", False
+        out, drop = self._dispatch(s)
+        if act == "drop_after":
+            self.closed = True
+            return "", True
+        if act == "freeze_after":
+            self.frozen = True
+            return "", False
+        if act == "foreign":
+            other = NvueSession(self.sw, "operator")
+            for c in rule.get("commands") or []:
+                other.handle(str(c))
+        return out, drop
+
+    def _dispatch(self, s: str) -> tuple[str, bool]:
         if not s:
             return "", False
         try:
@@ -615,6 +644,8 @@ class NvueSession:
                     "version": "Cumulus Linux 5.14.0",
                 }
             }
+            if "-o" in opts and "json" in opts:  # `nv config show -o json`: the same list, as JSON
+                return json.dumps([header, {"set": sw.applied}], indent=2) + "\n", False
             return yaml.safe_dump([header, {"set": sw.applied}], default_flow_style=False), False
         return f"Usage: nv config [options] <command> [<args>...]\n\nError: Unknown command: {sub}\n", False
 

@@ -228,6 +228,13 @@ class OnyxSwitch:
         tmp.write_text(self.running_config(), encoding="utf-8")
         tmp.replace(self.saved_path)
 
+    def foreign(self, commands: list[str]) -> None:
+        """Configuration commands from another operator's session (the ``foreign`` fault)."""
+        sess = OnyxSession(self, replay=True)
+        for c in commands:
+            sess.config_command(" ".join(c.split()))
+        self.write_fabric()
+
     def load_commands(self, lines: list[str]) -> None:
         """Replay saved running-config lines (comments and mode lines skipped)."""
         sess = OnyxSession(self, replay=True)
@@ -393,8 +400,11 @@ class OnyxSession:
         self.iface: list[str] = []  # ports of the interface context
         self.replay = replay
         self.closed = False  # set when a fault dropped the session (the server then ends the connection)
+        self.frozen = False  # a `freeze` fault: no output and no prompt from now on
 
     def prompt(self) -> str:
+        if self.frozen:
+            return ""
         base = f"{self.sw.cfg['hostname']} [standalone: master]"
         if self.mode == "user":
             return f"{base} > "
@@ -413,9 +423,33 @@ class OnyxSession:
         """Run one line; returns (output, drop_session)."""
         if self.closed:
             return "", True
+        if self.frozen:
+            return "", False
         if self.sw.faults.refresh_changed_ports():
             self.sw.write_fabric()
         s = " ".join(line.strip().split())
+        rule = self.sw.faults.match(s) if s else None
+        act = rule["action"] if rule else ""
+        if act == "drop":
+            self.closed = True
+            return "", True
+        if act == "freeze":
+            self.frozen = True
+            return "", False
+        if act == "reject":  # an Onyx CLI error line starts with "% " (see _unrecognized)
+            return f"% Command rejected by the switch: {s}\n", False
+        out, drop = self._dispatch(s)
+        if act == "drop_after":
+            self.closed = True
+            return "", True
+        if act == "freeze_after":
+            self.frozen = True
+            return "", False
+        if act == "foreign":
+            self.sw.foreign(list(rule.get("commands") or []))
+        return out, drop
+
+    def _dispatch(self, s: str) -> tuple[str, bool]:
         if not s:
             return "", False
         if s in {"no cli session paging enable", "cli session paging enable"} or s.startswith(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,28 @@ class FaultWatch:
 
     ``{"drop_after_commands": N}`` arms a counter when the value (or the file) changes; after N more
     configuration commands the session is dropped. ``{"ports_down": ["Eth1/3"]}`` marks links down.
+
+    ``{"rules": [{"match": REGEX, "action": A, "nth": N, "commands": [...]}]}`` (emulator-only fault
+    injection; the product never sees it): the Nth line (default 1st) that REGEX matches (``re.search``)
+    triggers A once per arming:
+
+    - ``drop``: the session is cut before the line runs (the command is lost);
+    - ``drop_after``: the line runs, then the session is cut before the answer (the answer is lost);
+    - ``reject``: the switch answers the OS's error for the line and does not run it;
+    - ``freeze`` / ``freeze_after``: the session stops answering (no output, no prompt) before / after
+      the line runs; the connection stays up, so the client waits for a prompt that never comes;
+    - ``foreign``: after the line runs, ``commands`` run in another session of the switch (a second
+      operator changing the switch in between).
     """
+
+    ACTIONS = ("drop", "drop_after", "reject", "freeze", "freeze_after", "foreign")
 
     def __init__(self, state_dir: str | Path):
         self.path = Path(state_dir) / "faults.json"
         self._armed_sig: tuple[float, int] | None = None
         self._remaining: int | None = None
+        self._rules_sig: tuple[float, str] | None = None
+        self._rule_hits: list[int] = []
         self.faults: dict[str, Any] = {}
 
     def refresh(self) -> dict[str, Any]:
@@ -71,7 +88,25 @@ class FaultWatch:
                 self._armed_sig, self._remaining = sig, n
         else:
             self._armed_sig, self._remaining = None, None
+        rules = self.faults.get("rules") or []
+        sig = (st.st_mtime, json.dumps(rules, sort_keys=True)) if st is not None and rules else None
+        if sig != self._rules_sig:
+            self._rules_sig, self._rule_hits = sig, [0] * len(rules)
         return self.faults
+
+    def match(self, line: str) -> dict[str, Any] | None:
+        """The rule this line triggers (each rule fires once per arming), or None."""
+        rules = self.faults.get("rules") or []
+        for n, rule in enumerate(rules):
+            if n >= len(self._rule_hits) or self._rule_hits[n] < 0:
+                continue
+            if rule.get("action") not in self.ACTIONS or not re.search(str(rule.get("match", "")), line):
+                continue
+            self._rule_hits[n] += 1
+            if self._rule_hits[n] >= int(rule.get("nth", 1)):
+                self._rule_hits[n] = -1  # fired
+                return rule
+        return None
 
     def refresh_changed_ports(self) -> bool:
         """Refresh; True when the set of downed ports changed (the fabric file must be rewritten)."""
