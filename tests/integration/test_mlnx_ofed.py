@@ -41,7 +41,9 @@ def _vars(lab, version, method, **extra):
     elif method == "iso":
         out |= {"mlnx_ofed_iso_url": v["iso_url"], "mlnx_ofed_iso_sha256": v["iso_sha256"]}
     else:
-        out |= {"mlnx_ofed_repo_url": v["repo_url"], "mlnx_ofed_repo_trusted": True}
+        # the lab's mirror is signed: its key by URL and sha256, as a real rack's inventory gives it
+        out |= {"mlnx_ofed_repo_url": v["repo_url"], "mlnx_ofed_repo_key_url": info["repo_key_url"],
+                "mlnx_ofed_repo_key_sha256": info["repo_key_sha256"]}
     out |= extra
     return out
 
@@ -180,7 +182,7 @@ def test_upgrade_via_the_apt_mirror(play, ssh, versions, lab):
     assert "+RUN_AFFINITY_TUNER=yes" in run.stdout  # --diff shows the openib.conf change
     assert ssh(HOST, "dpkg --get-selections mlnx-ofed-all").stdout.split()[-1] == "hold"
     source = ssh(HOST, "cat /etc/apt/sources.list.d/mlnx_ofed.list").stdout
-    assert f"deb [trusted=yes] {lab_repo(versions[1])} ./" in source
+    assert f"deb [signed-by=/etc/apt/keyrings/mlnx_ofed.gpg] {lab_repo(versions[1])} ./" in source
     conf = ssh(HOST, "grep ^RUN_AFFINITY_TUNER= /etc/infiniband/openib.conf").stdout
     assert conf.strip() == "RUN_AFFINITY_TUNER=yes"
     assert "RESTART PENDING" in run.stdout and "openib.conf changed (RUN_AFFINITY_TUNER)" in run.stdout

@@ -135,7 +135,11 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
     if lab.get("fabric_manager"):
         # the fabric manager repository (fabric_services.prepare), as the role's own variable; the
         # lab's description of it stays beside for the tests (no playbook or role reads it)
-        data["nvidia_fabric_manager_repo_url"] = lab["fabric_manager"]["repo_url"]
+        fm = lab["fabric_manager"]
+        data["nvidia_fabric_manager_repo_url"] = fm["repo_url"]
+        if fm.get("repo_key_url"):  # the lab signs its mirrors (fabricops.lab.ofed_repo)
+            data["nvidia_fabric_manager_repo_key_url"] = fm["repo_key_url"]
+            data["nvidia_fabric_manager_repo_key_sha256"] = fm["repo_key_sha256"]
         data["fabricops_fabric_manager"] = json.loads(json.dumps(lab["fabric_manager"], sort_keys=True))
     if ofed_facts:
         data.update(ofed_role_vars(ofed_facts))
@@ -163,6 +167,9 @@ def ofed_role_vars(ofed_facts: dict[str, Any]) -> dict[str, Any]:
                 "mlnx_ofed_repo_url": build["repo_url"],
             }
         )
+        if ofed_facts.get("repo_key_url"):  # the lab's mirror is signed: the key, as a real rack gives it
+            data["mlnx_ofed_repo_key_url"] = ofed_facts["repo_key_url"]
+            data["mlnx_ofed_repo_key_sha256"] = ofed_facts["repo_key_sha256"]
     if ofed_facts.get("distro"):
         # NVIDIA builds MLNX_OFED for a point release (debian12.1); the hosts run a newer 12.x.
         # A real rack's inventory makes this choice deliberately, and so does the lab's.

@@ -188,7 +188,8 @@ def test_no_role_or_playbook_reads_the_lab_only_descriptions():
     variables, never the lab's descriptions of its mirrors (fabricops_ofed, fabricops_fabric_manager)."""
     repo = Path(__file__).parents[3]
     default = yaml.safe_load((repo / "roles/nvidia_fabric_manager/defaults/main.yml").read_text())
-    assert default["nvidia_fabric_manager_repo_url"] == ""
+    for var in ("repo_url", "repo_key_url", "repo_key_sha256"):
+        assert default[f"nvidia_fabric_manager_{var}"] == ""
     readers = [
         str(f.relative_to(repo))
         for f in [*repo.glob("roles/**/*.yml"), *repo.glob("roles/**/*.j2"), *repo.glob("playbooks/*.yml"),
