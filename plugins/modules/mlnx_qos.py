@@ -62,7 +62,8 @@ attributes:
     support: none
   check_mode:
     support: full
-    details: Only the read (C(mlnx_qos -i INTERFACE)) runs; RV(commands), RV(after) and the diff are predicted.
+    details:
+      - Only the read (C(mlnx_qos -i INTERFACE)) runs; RV(commands), RV(after) and the diff are predicted.
   diff_mode:
     support: full
     details: The managed values before and after, in C(mlnx_qos -i) terms.
