@@ -35,7 +35,6 @@ fi
 bindir=$(dirname "$(command -v ansible-test)")
 python_version=${SANITY_PYTHON:-$("$bindir/python3" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
 
-
 # ansible-test bootstraps pip into each empty venv with pypa's get-pip.py, downloaded from
 # ci-files.testing.ansible.com and cached as ~/.ansible/test/cache/get_pip_<version>.py
 # (ansible_test/_util/target/setup/requirements.py). Where that host is unreachable (only package
@@ -77,6 +76,10 @@ trap cleanup EXIT
 stage=$tmp/stage
 mkdir -p "$stage"
 cd "$repo"
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "sanity: $repo is not a git checkout; the files to test are the ones git lists." >&2
+  exit 4
+fi
 git ls-files -z --cached --others --exclude-standard --deduplicate \
   | while IFS= read -r -d '' f; do if [[ -e $f || -L $f ]]; then printf '%s\0' "$f"; fi; done \
   | tar --null -T - -cf - | tar -xf - -C "$stage"
@@ -84,7 +87,6 @@ git ls-files -z --cached --others --exclude-standard --deduplicate \
 # Test the collection as it ships: built with galaxy.yml's build_ignore (tests/, bench/, ee/ ... are
 # not collection content) and installed where ansible-test needs it.
 cd "$tmp"
-export -n ANSIBLE_CONFIG
 unset ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH ANSIBLE_COLLECTIONS_PATHS
 if ! ansible-galaxy collection build "$stage" --output-path "$tmp" >"$tmp/build.log" 2>&1 \
   || ! ansible-galaxy collection install --offline --no-deps -p "$tmp" "$tmp"/fabricops-fabric-*.tar.gz \
@@ -107,11 +109,20 @@ set +e
 ansible-test sanity --venv --python "$python_version" --color no "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
-# A skipped test checked nothing (ansible-test skips shellcheck when the program is missing): fail.
-if [[ $rc -eq 0 ]] && grep -qE "^WARNING: Skipping sanity test" "$log"; then
+# A skipped test checked nothing: fail. ansible-test skips a test whose program is missing with only
+# 'Required program "X" not found' (pslint's pwsh is fine while there is no PowerShell to lint).
+if grep -qE "^WARNING: Skipping sanity test" "$log"; then
   echo "sanity: a sanity test was skipped (see WARNING above)." >&2
   rc=1
 fi
+while IFS= read -r prog; do
+  if [[ $prog == pwsh ]] && [[ -z $(find "$coll" -path "$coll/tests/output" -prune -o \
+      \( -name '*.ps1' -o -name '*.psm1' -o -name '*.psd1' \) -print -quit) ]]; then
+    continue
+  fi
+  echo "sanity: \"$prog\" is missing, so a sanity test was skipped; install it." >&2
+  rc=1
+done < <(sed -n 's/^WARNING: Required program "\([^"]*\)" not found.*/\1/p' "$log" | sort -u)
 if [[ $rc -ne 0 ]]; then
   SANITY_KEEP=1
   echo "sanity: FAILED (exit $rc); log $log, results under $coll/tests/output/" >&2
