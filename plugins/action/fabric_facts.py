@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Run fabric_facts on the host, then parse what it read on the controller (fabricops.facts)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """roce_plan: validate fabricops_roce and compute per-port desired state, on the controller only."""
 
 from __future__ import annotations

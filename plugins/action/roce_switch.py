@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """roce_switch: RoCE QoS of a Spectrum switch (Onyx / Cumulus NVUE), computed and applied from the controller.
 
 A thin shim over :func:`fabricops.switch.runner.run`: it reads the connection details from the host's

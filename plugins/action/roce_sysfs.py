@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """roce_sysfs: read the knobs on the host, compare on the controller (fabricops.hostqos.knobs),
 write only the difference (never in check mode), read back and verify."""
 

@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Filters of the subnet_manager, nvidia_fabric_manager and gpudirect roles: thin shims over
 fabricops.services (unit-tested without Ansible). Collection roles do not load role-embedded
 plugins, so they live here.

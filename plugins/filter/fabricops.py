@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Filters of the fabricops.fabric collection: thin shims over the fabricops package.
 
 The logic lives in plain, unit-tested Python (kolla-ansible's ``filter_plugins/address.py`` is the

