@@ -13,6 +13,9 @@ DEB_PACKAGES=(
   xorriso                             # the emulated MLNX_OFED ISO (real ISO 9660 image)
   prometheus                          # promtool, to test the alert rules
   prometheus-node-exporter            # node_exporter binary for the monitoring integration test
+  gnupg                               # the lab signs its package mirrors (signed-by, never trusted=yes)
+  shellcheck                          # ansible-test sanity's shellcheck test (scripts/sanity.sh)
+  kmod                                # modprobe overlay / veth / bridge for the lab (preflight)
   git
 )
 

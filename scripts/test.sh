@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The full test suite: lint (ruff, yamllint, ansible-lint production profile), then pytest
+# The full test suite: lint (ruff, yamllint, ansible-lint production profile, ansible-test sanity
+# on the built collection), then pytest
 # (unit tests on real captured output, and integration tests on the emulated rack).
 # Installs what it needs first; safe to run again. Exit non-zero when any lint or test fails.
 set -euo pipefail
@@ -14,6 +15,8 @@ echo "== yamllint"
 yamllint -s .
 echo "== ansible-lint"
 ansible-lint --offline -q
+echo "== ansible-test sanity"
+bash scripts/sanity.sh
 if [[ ${CI:-} == true ]]; then
   # CI proves the whole thing: the emulated rack must come up (a skip would hide a broken lab),
   # starting from a clean machine even if an earlier run left a lab behind.
