@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.facts import build_facts
@@ -24,8 +25,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         if build_facts is None:
             raise AnsibleActionFail(
-                f"fabricops.fabric.fabric_facts needs the fabricops Python package on the controller "
-                f"(pip install fabricops): {IMPORT_ERROR}"
+                missing_package("fabricops.fabric.fabric_facts", IMPORT_ERROR)
             )
         module_result = self._execute_module(
             module_name="fabricops.fabric.fabric_facts",

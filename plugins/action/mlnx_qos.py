@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.errors import FabricopsError
@@ -28,7 +29,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         if qos is None:
             raise AnsibleActionFail(
-                f"{MODULE} needs the fabricops Python package on the controller: {IMPORT_ERROR}"
+                missing_package(MODULE, IMPORT_ERROR)
             )
         args = dict(self._task.args)
         iface = args.get("interface")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.errors import FabricopsError
@@ -25,7 +26,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         if host_plan is None:
             raise AnsibleActionFail(
-                f"fabricops.fabric.roce_plan needs the fabricops Python package: {IMPORT_ERROR}"
+                missing_package("fabricops.fabric.roce_plan", IMPORT_ERROR)
             )
         args = self._task.args
         try:

@@ -17,6 +17,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.errors import FabricopsError
@@ -121,7 +122,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         if run_resource is None:
             raise AnsibleActionFail(
-                f"fabricops.fabric.roce_switch needs the fabricops Python package: {IMPORT_ERROR}"
+                missing_package("fabricops.fabric.roce_switch", IMPORT_ERROR)
             )
         switch = task_vars.get("inventory_hostname", "switch")
         try:

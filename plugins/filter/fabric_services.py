@@ -8,6 +8,7 @@ plugins, so they live here.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops import services as _svc
@@ -24,7 +25,7 @@ else:
 
 def _need():
     if IMPORT_ERROR is not None:
-        raise AnsibleFilterError(f"the fabric services filters need the fabricops package: {IMPORT_ERROR}")
+        raise AnsibleFilterError(missing_package("the fabric services filters", IMPORT_ERROR))
 
 
 def _sminfo_record(text):

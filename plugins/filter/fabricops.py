@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops import ipoib as _ipoib
@@ -26,7 +27,7 @@ else:
 def _need_package():
     if IMPORT_ERROR is not None:
         raise AnsibleFilterError(
-            f"fabricops.fabric filters need the fabricops Python package on the controller: {IMPORT_ERROR}"
+            missing_package("fabricops.fabric filters", IMPORT_ERROR)
         )
 
 

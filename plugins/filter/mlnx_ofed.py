@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops import ofed as _ofed
@@ -24,7 +25,7 @@ else:
 def _need_package():
     if IMPORT_ERROR is not None:
         raise AnsibleFilterError(
-            f"the mlnx_ofed filters need the fabricops Python package on the controller: {IMPORT_ERROR}"
+            missing_package("the mlnx_ofed filters", IMPORT_ERROR)
         )
 
 
