@@ -56,7 +56,7 @@ def test_drift_clean_then_pfc_drift_then_fix(converged, ssh, tmp_path):
     rc, out, data = drift("--junit", str(tmp_path / "drift.xml"), json_path=tmp_path / "drift.json")
     after = ssh(HOST, STATE).stdout
     assert after == before, "a drift run without --fix changed the host"
-    assert rc == 2, out
+    assert rc == 3, out  # EXIT_DRIFT (docs/cli.md)
     assert [(i["host"], i["role"], i["item"], i["changes"]) for i in data["items"]] == [
         (HOST, "roce_host", NETDEV, [{"key": "pfc", "before": "0,0,0,0,0,0,0,0", "after": "0,0,0,1,0,0,0,0"}])
     ]
