@@ -68,7 +68,8 @@ def diagnose() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "d.json"
         # --no-switches: the leaf switches are shared with other work on the lab; gpu04 is ours
-        proc = fabricops("diagnose", "-i", str(INVENTORY), "--limit", HOST, "--no-switches", "--json", str(out))
+        proc = fabricops("diagnose", "-i", str(INVENTORY), "--limit", HOST, "--no-switches",
+                         "--json", str(out))
         assert proc.returncode in (0, 1), proc.stderr
         report = json.loads(out.read_text())
     assert report["healthy"] == (proc.returncode == 0)
