@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines
 
 TOOL = "ibqueryerrors"
 EXPECTED = "'Errors for ...' blocks and/or the '## Summary:' lines"
@@ -33,7 +33,7 @@ class IbqePort:
 
     @property
     def port_number(self) -> int | None:
-        return int(self.port) if self.port.isdigit() else None
+        return int(self.port) if self.port.isdecimal() else None
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Ibqueryerrors:
     suppressed: list[str] = field(default_factory=list)
 
 
+@bounded(TOOL, max_mb=16)
 def parse(text: str) -> Ibqueryerrors:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -77,6 +78,10 @@ def parse(text: str) -> Ibqueryerrors:
             port = IbqePort(guid=m.group(1), port=m.group(2))
             for c in _CTR.finditer(m.group(3)):
                 port.counters[c.group(1)] = int(c.group(2))
+            rest = _CTR.sub("", m.group(3)).strip()
+            if rest:  # a cut line ('[PortXmitWait == 42') or damage: never half a port's counters
+                raise ParseError(TOOL, EXPECTED, f"port line ends in {rest[:40]!r}, not '[Counter == N]' "
+                                 "(cut or damaged output)")
             nodes[-1].ports.append(port)
             continue
         m = _SUM1.match(s)
