@@ -17,7 +17,8 @@ from fabricops.parsers._text import bounded, clean_lines
 TOOL = "ibqueryerrors"
 EXPECTED = "'Errors for ...' blocks and/or the '## Summary:' lines"
 
-_NODE = re.compile(r'^\s*Errors for\s+(?:(0x[0-9a-fA-F]+)\s*)?(?:"(.*)")?\s*$')
+# Possessive blanks: backtracking into them before the optional parts was quadratic on long runs.
+_NODE = re.compile(r'^\s*Errors for\s++(?:(0x[0-9a-fA-F]+)\s*+)?(?:"(.*)")?\s*$')
 _PORT = re.compile(r"^\s*GUID\s+(0x[0-9a-fA-F]+)\s+port\s+(\w+):\s*(.*)$")
 _CTR = re.compile(r"\[(\w+)\s*==\s*(\d+)(?:\s*\(([^)]*)\))?\]")
 _SUM1 = re.compile(r"^##\s*Summary:\s*(\d+)\s+nodes checked,\s*(\d+)\s+bad nodes found")

@@ -17,7 +17,9 @@ TOOL = "ibstatus"
 EXPECTED = "\"Infiniband device 'DEV' port N status:\" blocks"
 
 _HDR = re.compile(r"^\s*Infiniband device '([^']+)' port (\d+) status:\s*$")
-_KV = re.compile(r"^\s+([a-z_ ]+?):\s*(.*)$")  # value stripped in code ((.*?)\s*$ is quadratic)
+# The key starts with a letter: '^\s+([a-z_ ]+?):' (spaces on both sides) was quadratic on a long
+# run of leading blanks; the value is stripped in code ((.*?)\s*$ is quadratic too).
+_KV = re.compile(r"^\s+([a-z_][a-z_ ]*?):\s*(.*)$")
 _NUMSTATE = re.compile(r"^(\d+):\s*(\S.*)$")
 _RATE = re.compile(r"^([\d.]+)\s*Gb/sec(?:\s*\((\d+X)\s*([A-Za-z0-9]*)\))?")
 

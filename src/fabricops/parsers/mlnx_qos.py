@@ -19,13 +19,13 @@ TOOL = "mlnx_qos"
 EXPECTED = "'Priority trust state:' and a 'PFC configuration:' table"
 
 _TRUST = re.compile(r"^\s*(?:Priority\s+)?trust\s+(?:state|mode):\s*(\S+)", re.I)
-_DCBX = re.compile(r"^\s*DCBX mode:\s*(.+?)\s*$", re.I)
+_DCBX = re.compile(r"^\s*DCBX mode:\s*(.+)$", re.I)  # stripped in code: (.+?)\s*$ is quadratic
 _D2P = re.compile(r"^\s*prio:(\d)\s+dscp:([\d,\s]*)$")
 _BUF = re.compile(r"^\s*Receive buffer size \(bytes\):\s*(.*)$")
 _CABLE = re.compile(r"^\s*Cable len:\s*(\d+)")
 # One way to split the numbers: ((?:\d+\s*)+) backtracked exponentially on '0000...0x'.
 _ROW = re.compile(r"^\s*(priority|enabled|buffer):?\s+(\d+(?:\s+\d+)*)\s*$")
-_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
+_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*+([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
 _TCPRIO = re.compile(r"^\s*(?:priority|up):\s*(\d)\s*$")
 
 
@@ -89,7 +89,7 @@ def parse(text: str) -> MlnxQos:
             continue
         m = _DCBX.match(line)
         if m:
-            dcbx = m.group(1)
+            dcbx = m.group(1).strip()
             continue
         m = _TRUST.match(line)
         if m:

@@ -28,7 +28,7 @@ _CPU_WARN = re.compile(r"Conflicting CPU frequency values detected")
 _PEAK_WARN = re.compile(r"BW peak won't be measured")
 _SERVER = re.compile(r"Waiting for client (?:to connect|rdma_cm QP to connect)")
 _BW_UNITS = re.compile(r"BW peak\[(?P<units>[^\]]+)\]")
-_NUMERIC_ROW = re.compile(r"^\s*\d+(?:\s+[-\d.]+)+\s*$")
+_NUMERIC_ROW = re.compile(r"^\s*\d+(?:\s+[-\d.]+)++\s*$")  # possessive: no backtracking into the groups
 
 _LAT_COLUMNS = {
     "#bytes": "bytes",

@@ -220,6 +220,11 @@ PATHOLOGICAL = [
     ("nvue-qos-roce", "a@" + "@:" * (LONG // 2)),
     ("ofed_info", "DOCA" + "-1.1" * (LONG // 4)),
     ("onyx-running-config", "interface ethernet 1/1-1/100000000 mtu 9216"),
+    ("ibstatus", "Infiniband device 'mlx5_0' port 1 status:\n" + " " * LONG + "x"),
+    ("mlnx_qos", "PFC configuration:\n tc: 0 ratelimit:" + " " * LONG + "x"),
+    ("mlnx_qos", "DCBX mode: O" + " " * LONG + "x"),
+    ("ibqueryerrors", "Errors for" + " " * LONG + "x"),
+    ("perftest-bw", "-" * 40 + "\n RDMA_Write BW Test\n #bytes\n" + " 1" * (LONG // 4) + " " * (LONG // 2) + "x"),
 ]
 
 

@@ -33,7 +33,7 @@ CAPTURES = {t: [read_fixture(t, n) for n in fixture_names(t)] for t in TOOLS if 
 OTHER_LINES = [ln for texts in CAPTURES.values() for text in texts for ln in text.split("\n") if ln.strip()]
 EVERY_CAPTURE = [text for texts in CAPTURES.values() for text in texts]
 
-EXAMPLES = int(os.environ.get("FABRICOPS_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("FABRICOPS_FUZZ_EXAMPLES", "150"))
 BUDGET_S = 1.0  # per parse call; real captures parse in a few ms
 
 # Values a damaged or hostile output may carry where a number belongs.
@@ -98,6 +98,8 @@ def mutated(draw: st.DrawFn, tool: str) -> str:
             char = draw(st.characters(codec="utf-8") | st.sampled_from(["\x00", "\x1b[", "\r", "\ufeff"]))
             lines[i] = lines[i][:pos] + char + lines[i][pos + 1 :]
         elif op == "number":
+            numeric = [k for k, ln in enumerate(lines) if any(c.isdigit() for c in ln)]
+            i = draw(st.sampled_from(numeric)) if numeric else i
             tokens = lines[i].split(" ")
             digits = [k for k, tok in enumerate(tokens) if any(c.isdigit() for c in tok)]
             if digits:
