@@ -224,7 +224,8 @@ PATHOLOGICAL = [
     ("mlnx_qos", "PFC configuration:\n tc: 0 ratelimit:" + " " * LONG + "x"),
     ("mlnx_qos", "DCBX mode: O" + " " * LONG + "x"),
     ("ibqueryerrors", "Errors for" + " " * LONG + "x"),
-    ("perftest-bw", "-" * 40 + "\n RDMA_Write BW Test\n #bytes\n" + " 1" * (LONG // 4) + " " * (LONG // 2) + "x"),
+    ("perftest-bw",
+     "-" * 40 + "\n RDMA_Write BW Test\n #bytes\n" + " 1" * (LONG // 4) + " " * (LONG // 2) + "x"),
 ]
 
 
