@@ -102,3 +102,15 @@ def test_empty_nvue_diff_means_nothing_pending(tmp_path, capsys):
     path.write_text("")
     assert main(["parse", "nvue-config-diff", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["empty"] is True
+
+
+def test_parse_reads_stdin_as_utf8_bytes(monkeypatch, capsys):
+    """stdin is read as bytes up to the tool's cap and decoded strictly (docs/parsers.md, Bounds)."""
+    import io
+    import sys
+
+    text = read_fixture("sminfo", sorted(p.name for p in (FIXTURES / "sminfo").iterdir())[0])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+    assert main(["parse", "sminfo"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["state_name"].startswith("SMINFO_") and err == ""

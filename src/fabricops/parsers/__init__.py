@@ -18,7 +18,7 @@ from typing import Any
 
 from fabricops.errors import ParseError
 
-__all__ = ["PARSERS", "ParseError", "get_parser", "parse", "to_data"]
+__all__ = ["PARSERS", "ParseError", "get_parser", "max_bytes", "parse", "to_data"]
 
 PARSERS: dict[str, str] = {
     # perftest
@@ -50,6 +50,11 @@ PARSERS: dict[str, str] = {
 }
 
 
+def max_bytes(tool: str) -> int:
+    """The input size cap of a tool's parser, in bytes (docs/parsers.md lists them)."""
+    return get_parser(tool).max_bytes  # type: ignore[attr-defined]
+
+
 def get_parser(tool: str) -> Callable[[str], Any]:
     """Return the parse function for a tool name from :data:`PARSERS`."""
     try:
@@ -69,7 +74,7 @@ def parse(tool: str, text: str) -> Any:
     except ParseError as exc:
         if exc.tool == tool:
             raise
-        raise ParseError(tool, exc.expected, exc.detail) from None
+        raise type(exc)(tool, exc.expected, exc.detail) from None
 
 
 def to_data(record: Any) -> Any:

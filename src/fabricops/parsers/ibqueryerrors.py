@@ -12,12 +12,13 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines
 
 TOOL = "ibqueryerrors"
 EXPECTED = "'Errors for ...' blocks and/or the '## Summary:' lines"
 
-_NODE = re.compile(r'^\s*Errors for\s+(?:(0x[0-9a-fA-F]+)\s*)?(?:"(.*)")?\s*$')
+# Possessive blanks: backtracking into them before the optional parts was quadratic on long runs.
+_NODE = re.compile(r'^\s*Errors for\s++(?:(0x[0-9a-fA-F]+)\s*+)?(?:"(.*)")?\s*$')
 _PORT = re.compile(r"^\s*GUID\s+(0x[0-9a-fA-F]+)\s+port\s+(\w+):\s*(.*)$")
 _CTR = re.compile(r"\[(\w+)\s*==\s*(\d+)(?:\s*\(([^)]*)\))?\]")
 _SUM1 = re.compile(r"^##\s*Summary:\s*(\d+)\s+nodes checked,\s*(\d+)\s+bad nodes found")
@@ -33,7 +34,7 @@ class IbqePort:
 
     @property
     def port_number(self) -> int | None:
-        return int(self.port) if self.port.isdigit() else None
+        return int(self.port) if self.port.isdecimal() else None
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Ibqueryerrors:
     suppressed: list[str] = field(default_factory=list)
 
 
+@bounded(TOOL, max_mb=16)
 def parse(text: str) -> Ibqueryerrors:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -77,6 +79,10 @@ def parse(text: str) -> Ibqueryerrors:
             port = IbqePort(guid=m.group(1), port=m.group(2))
             for c in _CTR.finditer(m.group(3)):
                 port.counters[c.group(1)] = int(c.group(2))
+            rest = _CTR.sub("", m.group(3)).strip()
+            if rest:  # a cut line ('[PortXmitWait == 42') or damage: never half a port's counters
+                raise ParseError(TOOL, EXPECTED, f"port line ends in {rest[:40]!r}, not '[Counter == N]' "
+                                 "(cut or damaged output)")
             nodes[-1].ports.append(port)
             continue
         m = _SUM1.match(s)

@@ -11,14 +11,14 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines, to_number
+from fabricops.parsers._text import bounded, clean_lines, to_int, to_number
 
 TOOL = "ibstat"
 EXPECTED = "\"CA 'mlx5_0'\" blocks with Port N: sections"
 
 _CA = re.compile(r"^\s*CA:?\s+'([^']+)'\s*$")
 _PORT = re.compile(r"^\s*Port\s+(\d+):\s*$")
-_KV = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*$")
+_KV = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s*(.*)$")  # value stripped in code ((.*?)\s*$ is quadratic)
 _RATE = re.compile(r"^([\d.]+)(?:\s*\((\w+)\))?$")
 
 
@@ -83,13 +83,11 @@ _PORT_KEYS = {
 
 def _conv(kind, value: str):
     if kind is int:
-        try:
-            return int(value, 0)
-        except ValueError:
-            return None
+        return to_int(value, 0)
     return value
 
 
+@bounded(TOOL, max_mb=1)
 def parse(text: str) -> Ibstat:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input (ibstat prints nothing when no RDMA device exists)")
@@ -118,7 +116,7 @@ def parse(text: str) -> Ibstat:
         m = _KV.match(line)
         if not m or ca is None:
             continue
-        key, value = m.group(1), m.group(2)
+        key, value = m.group(1), m.group(2).strip()
         if port is not None and key == "Rate":
             rm = _RATE.match(value)
             if rm:

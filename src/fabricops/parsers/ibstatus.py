@@ -7,18 +7,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines, to_number
+from fabricops.parsers._text import bounded, clean_lines, to_int, to_number
 
 TOOL = "ibstatus"
 EXPECTED = "\"Infiniband device 'DEV' port N status:\" blocks"
 
 _HDR = re.compile(r"^\s*Infiniband device '([^']+)' port (\d+) status:\s*$")
-_KV = re.compile(r"^\s+([a-z_ ]+?):\s*(.*?)\s*$")
+# The key starts with a letter: '^\s+([a-z_ ]+?):' (spaces on both sides) was quadratic on a long
+# run of leading blanks; the value is stripped in code ((.*?)\s*$ is quadratic too).
+_KV = re.compile(r"^\s+([a-z_][a-z_ ]*?):\s*(.*)$")
 _NUMSTATE = re.compile(r"^(\d+):\s*(\S.*)$")
 _RATE = re.compile(r"^([\d.]+)\s*Gb/sec(?:\s*\((\d+X)\s*([A-Za-z0-9]*)\))?")
 
@@ -59,6 +60,7 @@ def _num_state(value: str) -> tuple[int | None, str]:
     return (int(m.group(1)), m.group(2).strip()) if m else (None, value)
 
 
+@bounded(TOOL, max_mb=1)
 def parse(text: str) -> Ibstatus:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -75,12 +77,11 @@ def parse(text: str) -> Ibstatus:
         m = _KV.match(line)
         if not m or cur is None:
             continue
-        key, value = m.group(1).strip(), m.group(2)
+        key, value = m.group(1).strip(), m.group(2).strip()
         if key == "default gid":
             cur.default_gid = None if value == "unknown" else value
         elif key in ("base lid", "sm lid"):
-            with contextlib.suppress(ValueError):
-                setattr(cur, key.replace(" ", "_"), int(value, 0))
+            setattr(cur, key.replace(" ", "_"), to_int(value, 0))
         elif key == "state":
             cur.state_num, cur.state = _num_state(value)
         elif key == "phys state":

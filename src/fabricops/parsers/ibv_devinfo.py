@@ -12,14 +12,15 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines, to_int
 
 TOOL = "ibv_devinfo"
 EXPECTED = "'hca_id: DEV' blocks with 'port: N' sections"
 
-_KV = re.compile(r"^\s*([A-Za-z_][\w ]*?):\s*(.*?)\s*$")
-_GID = re.compile(r"^\s*GID\[\s*(\d+)\]:\s*(\S+?)(?:,\s*(.+?))?\s*$")
-_PAREN = re.compile(r"^(.*?)\s*\((-?\d+)\)\s*$")
+# Values are stripped in code: a lazy (.*?)\s*$ is quadratic on a long run of inner spaces.
+_KV = re.compile(r"^\s*([A-Za-z_][\w ]*?):\s*(.*)$")
+_GID = re.compile(r"^\s*GID\[\s*(\d+)\]:\s*([^\s,]+)(?:,\s*(.+))?$")
+_CODE = re.compile(r"-?\d+")
 
 
 @dataclass
@@ -72,22 +73,23 @@ class IbvDevinfo:
 
 def _strip_code(value: str) -> str:
     """'PORT_ACTIVE (4)' -> 'PORT_ACTIVE'; 'InfiniBand (0)' -> 'InfiniBand'."""
-    m = _PAREN.match(value)
-    return m.group(1) if m else value
+    value = value.strip()
+    opening = value.rfind("(")
+    if value.endswith(")") and opening >= 0 and _CODE.fullmatch(value[opening + 1 : -1].strip()):
+        return value[:opening].rstrip()
+    return value
 
 
 def _int(value: str) -> int | None:
-    token = _strip_code(value).split()[0] if value.strip() else ""
-    try:
-        return int(token, 0)
-    except ValueError:
-        return None
+    token = _strip_code(value).split()[0] if _strip_code(value) else ""
+    return to_int(token, 0)
 
 
 _DEV_STR = {"transport", "fw_ver", "node_guid", "sys_image_guid", "vendor_id", "hw_ver", "board_id"}
 _DEV_INT = {"vendor_part_id", "phys_port_cnt"}
 
 
+@bounded(TOOL, max_mb=4)
 def parse(text: str) -> IbvDevinfo:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -107,13 +109,14 @@ def parse(text: str) -> IbvDevinfo:
             continue
         g = _GID.match(line)
         if g and port is not None:
-            port.gids.append(IbvGid(int(g.group(1)), g.group(2), g.group(3)))
+            kind = g.group(3).strip() if g.group(3) else None
+            port.gids.append(IbvGid(int(g.group(1)), g.group(2), kind or None))
             verbose = True
             continue
         m = _KV.match(line)
         if not m:
             continue
-        key, value = m.group(1).strip(), m.group(2)
+        key, value = m.group(1).strip(), m.group(2).strip()
         if key == "hca_id":
             dev = IbvDevice(hca_id=value)
             devices.append(dev)
@@ -122,7 +125,7 @@ def parse(text: str) -> IbvDevinfo:
         if dev is None:
             continue
         if key == "port":
-            port = IbvPort(port=int(value)) if value.isdigit() else None
+            port = IbvPort(port=int(value)) if value.isdecimal() else None
             if port is not None:
                 dev.ports.append(port)
             continue

@@ -13,18 +13,19 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines, to_int
 
 TOOL = "mlnx_qos"
 EXPECTED = "'Priority trust state:' and a 'PFC configuration:' table"
 
 _TRUST = re.compile(r"^\s*(?:Priority\s+)?trust\s+(?:state|mode):\s*(\S+)", re.I)
-_DCBX = re.compile(r"^\s*DCBX mode:\s*(.+?)\s*$", re.I)
+_DCBX = re.compile(r"^\s*DCBX mode:\s*(.+)$", re.I)  # stripped in code: (.+?)\s*$ is quadratic
 _D2P = re.compile(r"^\s*prio:(\d)\s+dscp:([\d,\s]*)$")
 _BUF = re.compile(r"^\s*Receive buffer size \(bytes\):\s*(.*)$")
 _CABLE = re.compile(r"^\s*Cable len:\s*(\d+)")
-_ROW = re.compile(r"^\s*(priority|enabled|buffer):?\s+((?:\d+\s*)+)$")
-_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
+# One way to split the numbers: ((?:\d+\s*)+) backtracked exponentially on '0000...0x'.
+_ROW = re.compile(r"^\s*(priority|enabled|buffer):?\s+(\d+(?:\s+\d+)*)\s*$")
+_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*+([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
 _TCPRIO = re.compile(r"^\s*(?:priority|up):\s*(\d)\s*$")
 
 
@@ -63,6 +64,7 @@ class MlnxQos:
         return next((p for p, ds in self.dscp2prio.items() if dscp in ds), None)
 
 
+@bounded(TOOL, max_mb=1)
 def parse(text: str) -> MlnxQos:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -87,7 +89,7 @@ def parse(text: str) -> MlnxQos:
             continue
         m = _DCBX.match(line)
         if m:
-            dcbx = m.group(1)
+            dcbx = m.group(1).strip()
             continue
         m = _TRUST.match(line)
         if m:
@@ -104,21 +106,21 @@ def parse(text: str) -> MlnxQos:
             continue
         if s.startswith("default priority:"):
             rest = s.split(":", 1)[1].strip()
-            default_prio = int(rest) if rest.isdigit() else None
+            default_prio = int(rest) if rest.isdecimal() else None
             section = "default"
             continue
-        if section == "default" and s.isdigit():
+        if section == "default" and s.isdecimal():
             default_prio = int(s)
             continue
         m = _BUF.match(line)
         if m:
             parts = [p.strip() for p in m.group(1).split(",") if p.strip()]
-            bufs = [int(p) for p in parts if p.isdigit()]
+            bufs = [int(p) for p in parts if p.isdecimal()]
             for p in parts:
                 if p.startswith("max_buffer_size="):
-                    max_buf = int(p.split("=")[1])
+                    max_buf = to_int(p.split("=", 1)[1])
                 elif p.startswith("total_size="):
-                    tot_buf = int(p.split("=")[1])
+                    tot_buf = to_int(p.split("=", 1)[1])
             continue
         m = _CABLE.match(line)
         if m:
@@ -130,8 +132,12 @@ def parse(text: str) -> MlnxQos:
             continue
         m = _ROW.match(line)
         if m and section == "pfc":
+            if m.group(1) in rows:
+                raise ParseError(TOOL, EXPECTED, f"PFC table has two '{m.group(1)}' rows (damaged output)")
             rows[m.group(1)] = [int(v) for v in m.group(2).split()]
             continue
+        if section == "pfc" and re.match(r"(?:priority|enabled|buffer)\b", s) and not _TCPRIO.match(line):
+            raise ParseError(TOOL, EXPECTED, f"PFC table row {s[:60]!r} is not 8 numbers (cut or damaged)")
         m = _TC.match(line)
         if m:
             tcs.append(MlnxQosTc(tc=int(m.group(1)), ratelimit=m.group(2).strip(), tsa=m.group(3),
@@ -146,8 +152,17 @@ def parse(text: str) -> MlnxQos:
         detail = warnings[-1] if warnings else "no 'PFC configuration:' table (truncated?)"
         raise ParseError(TOOL, EXPECTED, detail)
     enabled = rows["enabled"]
-    if len(enabled) != 8:
-        raise ParseError(TOOL, EXPECTED, f"PFC 'enabled' row has {len(enabled)} values, not 8")
+    for name, values in rows.items():
+        if len(values) != 8:
+            raise ParseError(TOOL, EXPECTED, f"PFC '{name}' row has {len(values)} values, not 8")
+    if any(v not in (0, 1) for v in enabled):
+        raise ParseError(TOOL, EXPECTED, f"PFC 'enabled' row holds {enabled}, not 0/1 flags")
+    if "priority" in rows and rows["priority"] != list(range(8)):
+        raise ParseError(TOOL, EXPECTED, f"PFC 'priority' row is {rows['priority']}, not 0..7")
+    if d2p is not None:
+        bad = {p: ds for p, ds in d2p.items() if p > 7 or any(d > 63 for d in ds)}
+        if bad:
+            raise ParseError(TOOL, EXPECTED, f"dscp2prio holds values out of range: {bad}"[:160])
     if trust is None and not any("trust" in w.lower() for w in warnings):
         raise ParseError(TOOL, EXPECTED, "no 'Priority trust state:' line")
     prio_tc: list[int | None] = [None] * 8

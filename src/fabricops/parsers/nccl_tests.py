@@ -11,13 +11,12 @@ JSON object. Schema: docs/parsers.md.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines, load_json, to_number
 
 __all__ = ["NcclDevice", "NcclResult", "NcclTestsRecord", "parse"]
 
@@ -106,20 +105,12 @@ _GROUP_START = {"time", "cputime"}
 
 
 def _num(token: str) -> int | float | None:
+    """'12' -> 12, '1.5' -> 1.5, '1e+03' -> 1000; 'N/A', 'nan', 'inf' and words -> None."""
     token = token.strip()
-    if not token or token.upper() == "N/A":
-        return None
-    try:
-        return int(token)
-    except ValueError:
-        pass
-    try:
-        value = float(token)
-    except ValueError:
-        return None
-    if value != value:  # nan
-        return None
-    return int(value) if value.is_integer() and "e" in token.lower() else value
+    value = to_number(token)
+    if isinstance(value, float) and value.is_integer() and "e" in token.lower():
+        return int(value)
+    return value
 
 
 def _collective_of(program: str | None) -> str | None:
@@ -132,6 +123,7 @@ def _collective_of(program: str | None) -> str | None:
     return None
 
 
+@bounded(TOOL, max_mb=16)
 def parse(text: str) -> NcclTestsRecord:
     """Parse nccl-tests text output or its ``-J`` JSON file."""
     if text is None or not text.strip():
@@ -157,6 +149,19 @@ def _split_header(tokens: list[str]) -> tuple[list[str], list[str], list[str], l
     return prefix, oop, ip, rest[len(oop) :]
 
 
+def _check_header(tokens: list[str]) -> None:
+    """Both halves (out-of-place, in-place) with time, algbw, busbw and #wrong/error, or a ParseError.
+
+    Every nccl-tests version prints both groups (a disabled half leaves its cells blank), so a
+    header with less was cut, e.g. at a terminal's width.
+    """
+    _, oop, ip, _ = _split_header(tokens)
+    for group in (oop, ip):
+        if not ({"algbw", "busbw"} <= set(group) and {"#wrong", "error"} & set(group)):
+            raise ParseError(TOOL, EXPECTED, f"results header {' '.join(tokens)[:100]!r} lacks a column "
+                             "(cut or damaged output)")
+
+
 def _half(prefix: dict[str, Any], cols: list[str], values: list[str]) -> NcclResult:
     got = dict(zip(cols, values, strict=False))
     wrong_key = "#wrong" if "#wrong" in got else "error"
@@ -175,6 +180,8 @@ def _half(prefix: dict[str, Any], cols: list[str], values: list[str]) -> NcclRes
 
 def _float(token: str | None) -> float | None:
     value = _num(token) if token is not None else None
+    if value is not None and value < 0:
+        raise ParseError(TOOL, EXPECTED, f"negative value {token!r} where a time or bandwidth belongs")
     return None if value is None else float(value)
 
 
@@ -233,8 +240,11 @@ def _parse_text(text: str) -> NcclTestsRecord:
                     )
                 )
                 continue
+            if body.startswith("Rank ") and re.match(r"Rank\s+\d+\s", body):
+                raise ParseError(TOOL, EXPECTED, f"device line {s[:80]!r} is cut or damaged")
             tokens = body.split()
             if header is None and {"size", "count", "type"} <= set(tokens) and _GROUP_START & set(tokens):
+                _check_header(tokens)
                 header = tokens
                 continue
             m = re.match(r"Out of bounds values\s*:\s*(\d+)", body)
@@ -248,15 +258,19 @@ def _parse_text(text: str) -> NcclTestsRecord:
                 continue
             continue  # other comment lines: "(B) (elements)", "Using devices", "#"
         tokens = s.split()
-        if header is not None and not complete and tokens[0].isdigit():
+        if header is not None and not complete and tokens[0].isdecimal():
             row = _row(header, tokens)
-            if row is not None:
-                oop, ip = row
-                if oop is not None:
-                    oop_rows.append(oop)
-                if ip is not None:
-                    ip_rows.append(ip)
-                continue
+            if row is None:
+                # A row that does not fit the header is damage (a cut line, a lost column), not a
+                # note: skipping it would give a results table with holes.
+                raise ParseError(TOOL, EXPECTED, f"result row {s[:80]!r} does not match the header "
+                                 f"{' '.join(header)[:80]!r} (cut or damaged output)")
+            oop, ip = row
+            if oop is not None:
+                oop_rows.append(oop)
+            if ip is not None:
+                ip_rows.append(ip)
+            continue
         if header is not None and not complete:
             notes.append(s)
         if failure is None and re.search(r"\b(failure|failed|error)\b", s, re.IGNORECASE):
@@ -377,24 +391,40 @@ def _jnum(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
-    return _float(str(value))
+        return _float(repr(value))
+    return _float(str(value)) if isinstance(value, str) else None
+
+
+def _jint(value: Any, what: str, default: int | None = None) -> int:
+    """A JSON integer field (an int, an integral float or a decimal string), else a ParseError."""
+    if value is None and default is not None:
+        return default
+    number = None
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        number = _num(str(value))
+    if number is None or number != int(number):
+        raise ParseError(TOOL, EXPECTED, f"JSON {what} is {str(value)[:40]!r}, not an integer")
+    return int(number)
+
+
+def _jstr(value: Any) -> str | None:
+    return None if value is None else str(value) if isinstance(value, str | int | float) else None
 
 
 def _json_half(row: dict, half: Any) -> NcclResult | None:
     if not isinstance(half, dict):
         return None
     root = row.get("root")
-    root_num = _num(str(root)) if root is not None else None
+    root_num = _num(str(root)) if isinstance(root, int | float | str) and not isinstance(root, bool) else None
     wrong = half.get("nwrong")
-    wrong_num = _num(str(wrong)) if wrong is not None else None
+    wrong_num = _num(str(wrong)) if isinstance(wrong, int | float | str) else None
     if isinstance(wrong_num, float) and wrong_num.is_integer():
         wrong_num = int(wrong_num)
     return NcclResult(
-        bytes=int(row["size"]),
-        count=int(row.get("count", 0)),
-        type=str(row.get("type", "")),
-        redop=row.get("redop"),
+        bytes=_jint(row["size"], "size"),
+        count=_jint(row.get("count"), "count", 0),
+        type=str(_jstr(row.get("type")) or ""),
+        redop=_jstr(row.get("redop")),
         root=int(root_num) if root_num is not None else None,
         time_us=_jnum(half.get("time", half.get("cpu_time"))),
         algbw=_jnum(half.get("alg_bw")),
@@ -404,27 +434,24 @@ def _json_half(row: dict, half: Any) -> NcclResult | None:
 
 
 def _parse_json(text: str) -> NcclTestsRecord:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(
-            TOOL, EXPECTED, f"truncated or invalid JSON ({exc.msg} at line {exc.lineno})"
-        ) from None
+    doc = load_json(text, TOOL, EXPECTED + " (truncated or invalid JSON)")
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ParseError(TOOL, EXPECTED, "JSON without a 'results' list is not an nccl-tests -J file")
     if not ({"config", "average_bus_bandwidth", "nccl_version"} & set(doc)):
         raise ParseError(TOOL, EXPECTED, "JSON lacks nccl-tests keys (config, average_bus_bandwidth)")
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     raw_devices = config.get("devices", doc.get("devices")) or []
+    if not isinstance(raw_devices, list):
+        raise ParseError(TOOL, EXPECTED, "JSON 'devices' is not a list")
     devices = [
         NcclDevice(
-            rank=int(d.get("rank", i)),
-            group=d.get("group"),
-            pid=int(d.get("pid", 0)),
-            host=str(d.get("hostname", "")),
-            device=int(d.get("device", 0)),
-            bus_id=str(d.get("device_hex", "")),
-            name=str(d.get("device_info", "")),
+            rank=_jint(d.get("rank"), "rank", i),
+            group=_jint(d["group"], "group") if d.get("group") is not None else None,
+            pid=_jint(d.get("pid"), "pid", 0),
+            host=str(_jstr(d.get("hostname")) or ""),
+            device=_jint(d.get("device"), "device", 0),
+            bus_id=str(_jstr(d.get("device_hex")) or ""),
+            name=str(_jstr(d.get("device_info")) or ""),
         )
         for i, d in enumerate(raw_devices)
         if isinstance(d, dict)
@@ -479,7 +506,7 @@ def _parse_json(text: str) -> NcclTestsRecord:
         results=oop_rows,
         results_in_place=ip_rows,
         avg_busbw=avg_busbw,
-        out_of_bounds=oob.get("count") if isinstance(oob, dict) else None,
+        out_of_bounds=oob.get("count") if isinstance(oob, dict) and type(oob.get("count")) is int else None,
         complete=isinstance(avg, dict),
         notes=[],
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines, to_number
+from fabricops.parsers._text import bounded, clean_lines, to_number
 
 __all__ = [
     "NvlinkGpu",
@@ -32,9 +32,9 @@ __all__ = [
 _NA = {"N/A", "[N/A]", "[Not Supported]", "[Unknown Error]", "Not Supported", "[Insufficient Permissions]"}
 
 
-def _na(value: str | None) -> str | None:
-    if value is None:
-        return None
+def _na(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None  # absent, or a section/list where a value belongs (damaged output)
     value = value.strip()
     return None if not value or value in _NA else value
 
@@ -78,7 +78,37 @@ def _is_topo_header(line: str) -> bool:
     return bool(tokens) and tokens[0] == "GPU0" and ("Affinity" in line or len(tokens) > 1)
 
 
+# Cell values nvidia-smi prints (its legend; SOC on older drivers) besides NV#; a cell the legend
+# of the same output defines is accepted too. A terminal-width cut leaves 'NO' of 'NODE'.
+_TOPO_CELLS = {"X", "SYS", "SOC", "NODE", "PHB", "PXB", "PIX"}
+_DEVICE_NAME_RE = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\d+_\d+|CPU\d+)$")
+_CPU_LIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+# Legend texts as nvidia-smi prints them (every capture in tests/fixtures/nvidia-smi-topo/): a
+# legend line that stops short of its text is the mark of a terminal-width cut, which may have cut
+# a trailing matrix column exactly at a column boundary too (leaving rows that still fit).
+_LEGEND_TEXT = {
+    "SYS": "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    "NODE": "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+    "within a NUMA node",
+    "PHB": "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "PXB": "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "PIX": "Connection traversing at most a single PCIe bridge",
+    "NV#": "Connection traversing a bonded set of # NVLinks",
+}
+_CUT_HINT = "the output was cut (a terminal's width?): capture it with 'nvidia-smi topo -m > FILE'"
+
+
+@bounded("nvidia-smi topo -m", max_mb=1)
 def parse_topo(text: str) -> TopoMatrix:
+    """``nvidia-smi topo -m``; a damaged matrix (rows that do not fit the header) is refused.
+
+    Every row of a device in the header must have one cell per device, cells nvidia-smi prints
+    (X on the diagonal), and for GPUs one value per trailing column (CPU Affinity, NUMA
+    Affinity, GPU NUMA ID) of the right kind; the header must end with those columns; a device
+    row the header has no column for, or a header device without a row, is an error. So a
+    terminal-width cut (NIC columns gone, NIC rows kept, CPU affinities truncated) is refused
+    instead of giving a partial matrix.
+    """
     tool, expected = "nvidia-smi topo -m", "a matrix header starting with GPU0 (GPU0 GPU1 ... CPU Affinity)"
     if not text or not text.strip():
         raise ParseError(tool, expected, "empty input")
@@ -93,13 +123,16 @@ def parse_topo(text: str) -> TopoMatrix:
         if tok in ("CPU", "NUMA", "GPU"):
             break
         devices.append(tok)
-    trailing = [col for col in _TRAILING_COLUMNS if col in header]
+    tail = " ".join(tokens[len(devices) :])
+    trailing = [col for col in _TRAILING_COLUMNS if col in tail]
+    if tail != " ".join(trailing) or "CPU Affinity" not in trailing:
+        seen = f"ends with {tail!r}" if tail else f"ends with {devices[-1]!r}"
+        raise ParseError(tool, expected, f"the header {seen}, not the Affinity columns; {_CUT_HINT}")
+    if len(set(devices)) != len(devices):
+        raise ParseError(tool, expected, "the header names a device twice")
     known = set(devices)
 
-    matrix: dict[str, dict[str, str]] = {}
-    cpu: dict[str, str | None] = {}
-    numa: dict[str, int | None] = {}
-    gpu_numa: dict[str, int | None] = {}
+    body: list[str] = []
     legend: dict[str, str] = {}
     nic_legend: dict[str, str] = {}
     in_legend = False
@@ -119,18 +152,54 @@ def parse_topo(text: str) -> TopoMatrix:
             if m:
                 nic_legend[m.group(1)] = m.group(2)
             continue
+        body.append(stripped)
+    vocabulary = _TOPO_CELLS | {k for k in legend if k != "NV#"}
+    for key, value in legend.items():
+        full = _LEGEND_TEXT.get(key, "")
+        if value != full and full.startswith(value):
+            detail = f"the legend line of {key} stops at {value[-20:]!r}; {_CUT_HINT}"
+            raise ParseError(tool, expected, detail)
+
+    matrix: dict[str, dict[str, str]] = {}
+    cpu: dict[str, str | None] = {}
+    numa: dict[str, int | None] = {}
+    gpu_numa: dict[str, int | None] = {}
+    for stripped in body:
         row = stripped.split()
         name = row[0]
         if name not in known:
+            if _DEVICE_NAME_RE.match(name):
+                raise ParseError(tool, expected, f"row {name} has no column in the header; {_CUT_HINT}")
             continue  # warning lines ("Conflicting CPU frequency values detected ...") and noise
+        if name in matrix:
+            raise ParseError(tool, expected, f"row {name} appears twice")
         cells = row[1 : 1 + len(devices)]
         if len(cells) < len(devices):
             detail = f"row {name} has {len(cells)} of {len(devices)} cells (truncated)"
             raise ParseError(tool, expected, detail)
-        matrix[name] = dict(zip(devices, cells, strict=True))
+        for device, cell in zip(devices, cells, strict=True):
+            if cell not in vocabulary and not _NV_RE.match(cell):
+                raise ParseError(tool, expected, f"row {name} column {device} holds {cell[:20]!r}, "
+                                 "not a link type (X, SYS, NODE, PHB, PXB, PIX, NV#)")
+        if cells[devices.index(name)] != "X":
+            raise ParseError(tool, expected, f"row {name} does not have X in its own column {name}")
         extra = row[1 + len(devices) :]
+        is_gpu = re.fullmatch(r"GPU\d+", name) is not None
+        if len(extra) > len(trailing) or (is_gpu and len(extra) != len(trailing)) or (
+            not is_gpu and extra and len(extra) != len(trailing)
+        ):
+            raise ParseError(tool, expected, f"row {name} has {len(extra)} values for the "
+                             f"{len(trailing)} columns {', '.join(trailing)}; {_CUT_HINT}")
         values = dict(zip(trailing, extra, strict=False))
-        cpu[name] = _na(values.get("CPU Affinity"))
+        affinity = _na(values.get("CPU Affinity"))
+        if affinity is not None and not _CPU_LIST_RE.match(affinity):
+            raise ParseError(tool, expected, f"row {name}: CPU Affinity {affinity[:20]!r} is not a CPU list")
+        for col in ("NUMA Affinity", "GPU NUMA ID"):
+            value = _na(values.get(col))
+            if value is not None and not _CPU_LIST_RE.match(value):
+                raise ParseError(tool, expected, f"row {name}: {col} {value[:20]!r} is not a NUMA node")
+        matrix[name] = dict(zip(devices, cells, strict=True))
+        cpu[name] = affinity
         raw_numa = to_number(values.get("NUMA Affinity", "") or "")
         numa[name] = raw_numa if isinstance(raw_numa, int) else None
         if "GPU NUMA ID" in trailing:
@@ -139,7 +208,7 @@ def parse_topo(text: str) -> TopoMatrix:
 
     gpus = [d for d in devices if re.fullmatch(r"GPU\d+", d)]
     nics = [d for d in devices if d not in gpus]
-    missing = [g for g in gpus if g not in matrix]
+    missing = [d for d in devices if d not in matrix]
     if not matrix:
         raise ParseError(tool, expected, "header found but no matrix rows")
     if missing:
@@ -161,9 +230,9 @@ def parse_topo(text: str) -> TopoMatrix:
 # nvidia-smi nvlink --status
 # --------------------------------------------------------------------------------------------
 
-_NVL_GPU_RE = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]*)\)\s*(.*)$")
-_NVL_LINK_RE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
-_NVL_SPEED_RE = re.compile(r"^([0-9.]+)\s*GB/s$")
+_NVL_GPU_RE = re.compile(r"^GPU (\d+): ")
+_NVL_LINK_RE = re.compile(r"^\s*Link (\d+):\s*(.*)$")  # value stripped in code: (.*?)\s*$ is quadratic
+_NVL_SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*GB/s$")
 
 
 @dataclass
@@ -198,6 +267,26 @@ class NvlinkStatus:
     gpus: list[NvlinkGpu]
 
 
+def _nvlink_gpu_line(line: str) -> tuple[int, str, str, str] | None:
+    """'GPU 0: NAME (UUID: GPU-...)  REST' -> (0, NAME, UUID, REST); linear in the line length.
+
+    (The regex ``GPU (\\d+): (.*?) \\(UUID: ([^)]*)\\)`` did the same in quadratic time on a long
+    line holding many ' (UUID: ' and no ')'.)
+    """
+    m = _NVL_GPU_RE.match(line)
+    if not m:
+        return None
+    opening = line.find(" (UUID: ", m.end())
+    if opening < 0:
+        return None
+    closing = line.find(")", opening + 8)
+    if closing < 0:
+        return None
+    name, uuid = line[m.end() : opening].strip(), line[opening + 8 : closing].strip()
+    return int(m.group(1)), name, uuid, line[closing + 1 :].strip()
+
+
+@bounded("nvidia-smi nvlink --status", max_mb=1)
 def parse_nvlink(text: str) -> NvlinkStatus:
     tool = "nvidia-smi nvlink --status"
     expected = "'GPU N: NAME (UUID: ...)' lines followed by 'Link N:' lines"
@@ -207,10 +296,10 @@ def parse_nvlink(text: str) -> NvlinkStatus:
     evidence = False
     for ln in clean_lines(text):
         stripped = ln.strip()
-        m = _NVL_GPU_RE.match(stripped)
+        m = _nvlink_gpu_line(stripped)
         if m:
-            gpu = NvlinkGpu(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3).strip())
-            rest = m.group(4).strip()
+            index, name, uuid, rest = m
+            gpu = NvlinkGpu(index=index, name=name, uuid=uuid)
             if rest.startswith("NVML:"):
                 gpu.message = rest
                 evidence = True
@@ -218,7 +307,7 @@ def parse_nvlink(text: str) -> NvlinkStatus:
             continue
         m = _NVL_LINK_RE.match(ln)
         if m and gpus:
-            value = m.group(2)
+            value = m.group(2).strip()
             speed = _NVL_SPEED_RE.match(value)
             if speed:
                 gpus[-1].links.append(NvlinkLink(int(m.group(1)), True, float(speed.group(1)), value))
@@ -265,10 +354,23 @@ class QueryResult:
     rows: list[dict[str, Any]]
 
 
+# Values of the right kind for the identifier fields (a cut line leaves 'GPU-f3da2e71-6e43-7').
+_QUERY_FORMATS = {
+    "uuid": re.compile(r"^(?:GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"),
+    "pci.bus_id": re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$"),
+}
+_QUERY_FORMATS["gpu_uuid"] = _QUERY_FORMATS["uuid"]
+_QUERY_FORMATS["gpu_bus_id"] = _QUERY_FORMATS["pci.bus_id"]
+
+
 def _query_value(fieldname: str, unit: str | None, raw: str) -> Any:
     value = raw.strip()
     if _na(value) is None:
         return None
+    fmt = _QUERY_FORMATS.get(fieldname)
+    if fmt is not None and not fmt.match(value):
+        raise ParseError("nvidia-smi --query-gpu", f"{fieldname} values as nvidia-smi prints them",
+                         f"{fieldname} {value[:50]!r} is cut or damaged")
     if unit and value.endswith(f" {unit}"):
         value = value[: -len(unit) - 1].strip()
     if fieldname in _TEXT_FIELDS or fieldname.startswith("pci.") or not _NUMBER_RE.match(value):
@@ -287,6 +389,7 @@ def _split_header(row: list[str]) -> list[tuple[str, str | None]] | None:
     return out
 
 
+@bounded("nvidia-smi --query-gpu", max_mb=4)
 def parse_query(text: str, fields: list[str] | str | None = None) -> QueryResult:
     tool = "nvidia-smi --query-gpu"
     expected = (
@@ -298,7 +401,10 @@ def parse_query(text: str, fields: list[str] | str | None = None) -> QueryResult
     for ln in lines:
         if "is not a valid field to query" in ln or ln.strip() == "No devices were found":
             raise ParseError(tool, expected, ln.strip())
-    rows = list(csv.reader(lines, skipinitialspace=True))
+    try:
+        rows = list(csv.reader(lines, skipinitialspace=True))
+    except csv.Error as exc:
+        raise ParseError(tool, expected, f"not CSV: {exc}") from None
     header = _split_header(rows[0])
     if isinstance(fields, str):
         fields = [f.strip() for f in fields.split(",") if f.strip()]
@@ -332,7 +438,7 @@ def parse_query(text: str, fields: list[str] | str | None = None) -> QueryResult
 # nvidia-smi -q
 # --------------------------------------------------------------------------------------------
 
-_Q_KV_RE = re.compile(r"^(\S.*?)\s+:(?:\s(.*))?$")
+_Q_MAX_DEPTH = 16  # nvidia-smi -q nests 4 levels (GPU > ECC Errors > Volatile > SRAM Correctable)
 _Q_GPU_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
 
 
@@ -366,6 +472,21 @@ class QReport:
     attached_gpus: int | None
     gpus: list[QGpu]
     sections: dict[str, Any]
+
+
+def _q_kv(content: str) -> tuple[str, str] | None:
+    """'Key   : value' -> ('Key', 'value'): the first ':' with whitespace before it and whitespace
+    or the end of line after it (what ``^(\\S.*?)\\s+:(?:\\s(.*))?$`` matched, but linear: that
+    regex was quadratic on a long line of spaces without such a colon)."""
+    pos = content.find(":", 1)
+    while pos > 0:
+        after = content[pos + 1 : pos + 2]
+        if content[pos - 1].isspace() and (not after or after.isspace()):
+            key = content[:pos].rstrip()
+            if key:
+                return key, content[pos + 2 :].strip()
+        pos = content.find(":", pos + 1)
+    return None
 
 
 def _q_tree(lines: list[str]) -> dict[str, Any]:
@@ -402,12 +523,14 @@ def _q_tree(lines: list[str]) -> dict[str, Any]:
         last = None
         while stack[-1][0] >= indent:
             stack.pop()
+        if len(stack) > _Q_MAX_DEPTH:
+            raise ParseError("nvidia-smi -q", "sections nested a few levels deep",
+                             f"more than {_Q_MAX_DEPTH} levels of indentation (damaged output)")
         parent = stack[-1][1]
-        m = _Q_KV_RE.match(content)
-        if m and not _Q_GPU_RE.match(content):
-            value = (m.group(2) or "").strip()
-            put(parent, m.group(1).strip(), value)
-            last = (indent, parent, m.group(1).strip())
+        kv = None if _Q_GPU_RE.match(content) else _q_kv(content)
+        if kv:
+            put(parent, kv[0], kv[1])
+            last = (indent, parent, kv[0])
         else:
             node: dict[str, Any] = {}
             put(parent, content, node)
@@ -473,6 +596,7 @@ def _clocks(block: Any) -> dict[str, int | None]:
     return out
 
 
+@bounded("nvidia-smi -q", max_mb=4)
 def parse_q(text: str) -> QReport:
     tool = "nvidia-smi -q"
     expected = "the '==============NVSMI LOG==============' report with 'GPU <bus id>' sections"

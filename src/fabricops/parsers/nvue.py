@@ -5,20 +5,20 @@ Schemas are documented in docs/parsers.md.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from fabricops import safeyaml
 from fabricops.errors import ParseError
 
-from ._text import clean_lines
+from ._text import bounded, clean_lines, load_json, to_number
 
 __all__ = ["ConfigDiffRecord", "QosRoceRecord", "parse_config_diff", "parse_qos_roce", "size_to_bytes"]
 
-_SHELL_PROMPT = re.compile(r"^\S+@\S+:\S*[$#]\s*")
+_SHELL_PROMPT = re.compile(r"^[^\s@]+@[^\s:]+:\S*[$#]\s*")  # user@host:~$ (linear: classes are disjoint)
 _UNITS = {"B": 1, "BYTES": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 
 
@@ -32,9 +32,10 @@ def size_to_bytes(value: str | int | None) -> int | None:
     if not m:
         return None
     unit = m.group(2).upper() or "B"
-    if unit not in _UNITS:
+    number = to_number(m.group(1))
+    if unit not in _UNITS or number is None:
         return None
-    return round(float(m.group(1)) * _UNITS[unit])
+    return round(number * _UNITS[unit])
 
 
 def _strip_shell(text: str) -> list[str]:
@@ -44,7 +45,7 @@ def _strip_shell(text: str) -> list[str]:
 def _int_list(value: str | None) -> list[int]:
     if not value or value.strip() in {"-", ""}:
         return []
-    return sorted(int(x) for x in re.split(r"[\s,]+", value.strip()) if x.isdigit())
+    return sorted(int(x) for x in re.split(r"[\s,]+", value.strip()) if x.isdecimal())
 
 
 @dataclass
@@ -117,6 +118,7 @@ def _table(lines: list[str], start: int) -> tuple[list[dict[str, str]], int]:
     return rows, i
 
 
+@bounded(_TOOL_ROCE, max_mb=1)
 def parse_qos_roce(text: str) -> QosRoceRecord:
     """``nv show qos roce`` text (operational/applied columns) or ``nv show qos roce -o json``."""
     if not text or not text.strip():
@@ -127,10 +129,7 @@ def parse_qos_roce(text: str) -> QosRoceRecord:
     tc_map: list[dict[str, str]] = []
     pools: list[dict[str, str]] = []
     if body.startswith("{"):
-        try:
-            doc = json.loads(body)
-        except ValueError as exc:
-            raise ParseError(_TOOL_ROCE, "valid JSON from -o json", str(exc)) from None
+        doc = load_json(body, _TOOL_ROCE, "valid JSON from -o json")
         if not isinstance(doc, dict) or not ({"mode", "enable", "state"} & set(doc)):
             raise ParseError(_TOOL_ROCE, "a JSON object with 'mode' and 'enable'/'state'")
         flat = _flat_from_json(doc)
@@ -206,12 +205,12 @@ def parse_qos_roce(text: str) -> QosRoceRecord:
         pfc_priority=prio[0] if prio else None,
         pfc_rx=flat.get("pfc.rx-enabled"),
         pfc_tx=flat.get("pfc.tx-enabled"),
-        cable_length=int(cable) if cable and cable.isdigit() else None,
+        cable_length=int(cable) if cable and cable.isdecimal() else None,
         congestion_mode=flat.get("congestion-control.congestion-mode"),
         ecn_traffic_classes=_int_list(flat.get("congestion-control.enabled-tc")),
         min_threshold_bytes=size_to_bytes(flat.get("congestion-control.min-threshold")),
         max_threshold_bytes=size_to_bytes(flat.get("congestion-control.max-threshold")),
-        probability=int(prob) if prob and prob.isdigit() else None,
+        probability=int(prob) if prob and prob.isdecimal() else None,
         trust=flat.get("trust.trust-mode"),
         lldp_app_tlv={k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("lldp-app-tlv.")},
         prio_map=prio_map,
@@ -245,6 +244,7 @@ def _flatten(prefix: str, tree: Any, out: list[str]) -> None:
         out.append(f"{prefix} {tree}")
 
 
+@bounded(_TOOL_DIFF, max_mb=1)
 def parse_config_diff(text: str) -> ConfigDiffRecord:
     """``nv config diff``: YAML list of ``- set:`` / ``- unset:`` trees.
 
@@ -260,7 +260,7 @@ def parse_config_diff(text: str) -> ConfigDiffRecord:
     if not re.match(r"^- (set|unset):", body.lstrip()):
         raise ParseError(_TOOL_DIFF, "'- set:' or '- unset:' at the start", f"got {body.strip()[:40]!r}")
     try:
-        doc = yaml.safe_load(body)
+        doc = safeyaml.load(body)  # refuses anchors/aliases: a 785-byte alias bomb took 5.4 GB
     except yaml.YAMLError as exc:
         raise ParseError(_TOOL_DIFF, "a YAML list of set/unset trees", str(exc).splitlines()[0]) from None
     if not isinstance(doc, list):

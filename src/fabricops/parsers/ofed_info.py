@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines
 
 TOOL = "ofed_info"
 EXPECTED = "a version line such as 'MLNX_OFED_LINUX-23.10-1.1.9.0:' or '23.10-1.1.9.0'"
@@ -35,11 +35,14 @@ class OfedInfo:
     base: str | None = None
 
 
+@bounded(TOOL, max_mb=1)
 def parse(text: str) -> OfedInfo:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
     lines = [ln.strip() for ln in clean_lines(text) if ln.strip()]
     first = lines[0]
+    if len(first) > 200:  # the version line is ~50 characters; the version regex is not linear
+        raise ParseError(TOOL, EXPECTED, f"first line is {len(first)} characters long, not a version")
     if _MISSING.search(first) and len(lines) <= 2:
         return OfedInfo(installed=False)
     m = _FULL.match(first)

@@ -7,14 +7,13 @@ Schemas are documented in docs/parsers.md.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import ParseError
 
-from ._text import clean_lines
+from ._text import bounded, clean_lines, load_json
 
 __all__ = [
     "EcnRecord",
@@ -44,9 +43,9 @@ def _load_json(text: str) -> Any | None:
     if not body or body[0] not in "[{":
         return None
     try:
-        return json.loads(body)
-    except ValueError:
-        return None
+        return load_json(body, "onyx", "JSON from | json-print")
+    except ParseError:
+        return None  # not JSON: read as text (which then says what it expected)
 
 
 def _norm_ifname(name: str) -> str:
@@ -70,6 +69,9 @@ def _norm_ifname(name: str) -> str:
     return name
 
 
+MAX_RANGE = 1024  # ports in one range; a Spectrum switch has at most 128 (256 split)
+
+
 def expand_interface_range(spec: str) -> list[str]:
     """'1/1-1/4' -> ['Eth1/1', ..., 'Eth1/4']; '1/1,1/3' too; a single '1/7' -> ['Eth1/7']."""
     out: list[str] = []
@@ -82,6 +84,8 @@ def expand_interface_range(spec: str) -> list[str]:
                 raise ValueError(f"interface range across slots: {part}")
             if last < first:
                 raise ValueError(f"empty interface range: {part}")
+            if last - first >= MAX_RANGE:
+                raise ValueError(f"interface range of {last - first + 1} ports: {part}")
             out.extend(f"Eth{slot}/{n}" for n in range(first, last + 1))
         elif re.fullmatch(r"\d+/\d+(?:/\d+)?", part):
             out.append("Eth" + part)
@@ -94,7 +98,7 @@ def _prio_list(value: str) -> list[int]:
     value = value.strip()
     if not value or value.lower() in {"none", "n/a", "-"}:
         return []
-    return sorted(int(x) for x in re.split(r"[\s,]+", value) if x.isdigit())
+    return sorted(int(x) for x in re.split(r"[\s,]+", value) if x.isdecimal())
 
 
 # --------------------------------------------------------------------------- PFC
@@ -153,6 +157,7 @@ def _pfc_from_json(doc: Any) -> PfcRecord:
     return PfcRecord(enabled, prios_on, prios_off, ifaces, "json")
 
 
+@bounded(_TOOL_PFC, max_mb=4)
 def parse_pfc(text: str) -> PfcRecord:
     """``show dcb priority-flow-control`` (text or ``| json-print``)."""
     if not text or not text.strip():
@@ -238,10 +243,11 @@ def _tc_from_fields(tc: int, f: dict[str, str]) -> TrafficClassCongestion:
         tm.strip() if tm else None,
         _threshold(f.get("Minimum threshold")),
         _threshold(f.get("Maximum threshold")),
-        int(red) if red and str(red).strip().isdigit() else None,
+        int(red) if red and str(red).strip().isdecimal() else None,
     )
 
 
+@bounded(_TOOL_ECN, max_mb=4)
 def parse_ecn(text: str) -> EcnRecord:
     """``show interfaces ethernet 1/1 congestion-control`` (text or ``| json-print``)."""
     if not text or not text.strip():
@@ -259,7 +265,7 @@ def parse_ecn(text: str) -> EcnRecord:
             if "Interface ethernet" in block:
                 iface = _norm_ifname("ethernet " + str(block["Interface ethernet"]))
                 em = str(block.get("ECN marked packets", "")).strip()
-                marked = int(em) if em.isdigit() else None
+                marked = int(em) if em.isdecimal() else None
             m = re.fullmatch(r"TC-(\d)", str(block.get("header", "")))
             if m:
                 tcs[int(m.group(1))] = _tc_from_fields(int(m.group(1)), block)
@@ -284,7 +290,7 @@ def parse_ecn(text: str) -> EcnRecord:
                 tcs[cur_tc] = _tc_from_fields(cur_tc, cur)
             cur, cur_tc = {}, int(m.group(1))
             continue
-        m = re.match(r"([A-Za-z][A-Za-z ]+?)\s*:\s*(.*)$", s)
+        m = re.match(r"([A-Za-z][A-Za-z ]++)\s*:\s*(.*)$", s)  # possessive: the lazy key was quadratic
         if m and cur is not None:
             cur[m.group(1).strip()] = m.group(2).strip()
     if cur is not None:
@@ -318,12 +324,13 @@ def _qos_iface(fields: dict[str, Any]) -> QosInterface:
     dsp = str(fields.get("Default switch-priority", "")).strip()
     return QosInterface(
         str(fields["Trust mode"]).strip(),
-        int(dsp) if dsp.isdigit() else None,
+        int(dsp) if dsp.isdecimal() else None,
         fields.get("DSCP rewrite"),
         fields.get("PCP,DEI rewrite"),
     )
 
 
+@bounded(_TOOL_QOS, max_mb=4)
 def parse_qos_trust(text: str) -> QosTrustRecord:
     """``show qos`` / ``show qos interface ethernet 1/1`` (text or ``| json-print``): trust per port."""
     if not text or not text.strip():
@@ -358,7 +365,7 @@ def parse_qos_trust(text: str) -> QosTrustRecord:
             flush()
             cur, fields = _norm_ifname(m.group(1)), {}
             continue
-        m = re.match(r"([A-Za-z][A-Za-z ,;()-]+?)\s*:\s*(.*)$", s)
+        m = re.match(r"([A-Za-z][A-Za-z ,;()-]++)\s*:\s*(.*)$", s)  # possessive: the lazy key was quadratic
         if m and cur is not None:
             fields[m.group(1).strip()] = m.group(2).strip()
     flush()
@@ -397,6 +404,7 @@ _KNOWN_GLOBAL = re.compile(
 )
 
 
+@bounded(_TOOL_RC, max_mb=4)
 def parse_running_config(text: str) -> RunningConfigRecord:
     """``show running-config``: structured lines, interface ranges expanded per port."""
     if not text or not text.strip():

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines
+from fabricops.parsers._text import bounded, clean_lines
 
 TOOL = "perfquery"
 EXPECTED = "'# Port counters: Lid L port P' followed by 'Name:....value' lines"
@@ -51,6 +51,7 @@ class Perfquery:
         return self.blocks[0].extended
 
 
+@bounded(TOOL, max_mb=4)
 def parse(text: str) -> Perfquery:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")

@@ -15,20 +15,20 @@ import re
 from dataclasses import dataclass, field
 
 from fabricops.errors import ParseError
-from fabricops.parsers._text import clean_lines, to_number
+from fabricops.parsers._text import bounded, clean_lines, to_number
 
 __all__ = ["Address", "BwResult", "LatResult", "PerftestBw", "PerftestLat", "parse_bw", "parse_lat"]
 
 _DASHES = re.compile(r"^\s*-{20,}\s*$")
 _TITLE = re.compile(r"^\s*((?:[A-Za-z_]+ )+?(?:BW|Latency) Test)\s*$")
-_PAIR = re.compile(r"(?P<key>[A-Za-z][^:\t]*?)\s*:\s*(?P<val>\S+)")
+_LETTER = re.compile(r"[A-Za-z]")
 _ADDR = re.compile(r"^\s*(?P<side>local|remote) address:\s*(?P<rest>.*)$")
 _GID = re.compile(r"^\s*GID:\s*(?P<gid>\S+)\s*$")
 _CPU_WARN = re.compile(r"Conflicting CPU frequency values detected")
 _PEAK_WARN = re.compile(r"BW peak won't be measured")
 _SERVER = re.compile(r"Waiting for client (?:to connect|rdma_cm QP to connect)")
 _BW_UNITS = re.compile(r"BW peak\[(?P<units>[^\]]+)\]")
-_NUMERIC_ROW = re.compile(r"^\s*\d+(?:\s+[-\d.]+)+\s*$")
+_NUMERIC_ROW = re.compile(r"^\s*\d+(?:\s+[-\d.]+)++\s*$")  # possessive: no backtracking into the groups
 
 _LAT_COLUMNS = {
     "#bytes": "bytes",
@@ -126,6 +126,38 @@ def _int(value: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _pairs(line: str) -> list[tuple[str, str]]:
+    """'Key : value<tab>Key2 : value2' -> [('Key', 'value'), ('Key2', 'value2')], in linear time.
+
+    Matches what ``finditer(r"([A-Za-z][^:\\t]*?)\\s*:\\s*(\\S+)")`` finds (a key starts with a
+    letter and holds no tab or colon; the value is the next word), but that regex was quadratic:
+    on a long line without a colon it rescanned the rest of the line from every letter.
+    """
+    pairs = []
+    pos, n = 0, len(line)
+    while pos < n:
+        colon = line.find(":", pos)
+        if colon < 0:
+            break
+        key_end = colon
+        while key_end > pos and line[key_end - 1].isspace():
+            key_end -= 1
+        tab = line.rfind("\t", pos, key_end)
+        letter = _LETTER.search(line, max(pos, tab + 1), key_end)
+        value_start = colon + 1
+        while value_start < n and line[value_start].isspace():
+            value_start += 1
+        if letter is None or value_start >= n:
+            pos = colon + 1
+            continue
+        value_end = value_start
+        while value_end < n and not line[value_end].isspace():
+            value_end += 1
+        pairs.append((line[letter.start() : key_end].strip(), line[value_start:value_end]))
+        pos = value_end
+    return pairs
+
+
 def _onoff(value: str | None) -> bool | None:
     if value is None:
         return None
@@ -209,8 +241,8 @@ def _scan(text: str, tool: str) -> dict:
             out["rows"].append(stripped.split())
             continue
         if state == "header":
-            for m in _PAIR.finditer(line):
-                out["pairs"][m.group("key").strip()] = m.group("val")
+            for key, val in _pairs(line):
+                out["pairs"][key] = val
             continue
         out["messages"].append(stripped)
     if out["title"] is None:
@@ -245,11 +277,24 @@ def _common_kwargs(scan: dict) -> dict:
 
 def _number(token: str, tool: str, row: list[str]) -> float:
     value = to_number(token)
-    if value is None:
-        raise ParseError(tool, "numeric result columns", f"bad value {token!r} in row {' '.join(row)!r}")
+    if value is None or value < 0:
+        shown = " ".join(row)[:120]
+        raise ParseError(tool, "numeric result columns", f"bad value {token[:40]!r} in row {shown!r}")
     return float(value)
 
 
+def _decimals(token: str) -> int:
+    return len(token.partition(".")[2]) if "." in token else 0
+
+
+def _columns(header: str | None) -> int | None:
+    """Columns of a '#bytes #iterations BW peak[MB/sec] ...' header: the two '#' ones and each 'x[unit]'."""
+    if not header:
+        return None
+    return 2 + len(re.findall(r"\[[^\]]*\]", header)) + header.count("tps average")
+
+
+@bounded("perftest-bw", max_mb=1)
 def parse_bw(text: str) -> PerftestBw:
     """Parse the output of ib_write_bw / ib_read_bw / ib_send_bw (client or server side)."""
     tool = "perftest-bw"
@@ -264,9 +309,21 @@ def parse_bw(text: str) -> PerftestBw:
                              f"got {scan['table_header']!r}")
         units = m.group("units")
     results = []
+    # perftest prints 5 columns, a 6th with --cpu_util (CPU_Util[%]); a header without its complete
+    # 'MsgRate[Mpps]' was cut (a terminal's width).
+    width = _columns(scan["table_header"]) or 5
+    if scan["table_header"] and (width not in (5, 6) or "MsgRate[Mpps]" not in scan["table_header"]):
+        raise ParseError(tool, "a '#bytes #iterations BW peak[..] BW average[..] MsgRate[Mpps]' header",
+                         f"got {scan['table_header'][:100]!r} (cut or damaged output)")
     for row in scan["rows"]:
-        if len(row) < 5:
-            raise ParseError(tool, "rows of #bytes #iterations peak average msgrate", f"short row {row}")
+        if len(row) != width:
+            raise ParseError(tool, "rows of #bytes #iterations peak average msgrate",
+                             f"row {' '.join(row)[:80]!r} has {len(row)} values for {width} columns")
+        # REPORT_FMT prints BW with %.2lf (%.6lf in the extended format) and MsgRate with %.6lf:
+        # fewer decimals mean the line was cut inside the value.
+        if not (_decimals(row[2]) in (2, 6) and _decimals(row[3]) in (2, 6) and _decimals(row[4]) == 6):
+            raise ParseError(tool, "BW values with 2 decimals and MsgRate with 6 (perftest's format)",
+                             f"row {' '.join(row)[:80]!r} (cut or damaged output)")
         results.append(BwResult(
             bytes=int(row[0]), iterations=int(_number(row[1], tool, row)),
             bw_peak=_number(row[2], tool, row), bw_average=_number(row[3], tool, row),
@@ -297,6 +354,7 @@ def _lat_columns(header: str) -> list[str]:
     return [_LAT_COLUMNS.get(tok, tok) for tok in tokens]
 
 
+@bounded("perftest-lat", max_mb=1)
 def parse_lat(text: str) -> PerftestLat:
     """Parse the output of ib_write_lat / ib_read_lat / ib_send_lat (client or server side)."""
     tool = "perftest-lat"
@@ -308,14 +366,22 @@ def parse_lat(text: str) -> PerftestLat:
     if columns and ("t_min_us" not in columns and "t_avg_us" not in columns):
         raise ParseError(tool, "a '#bytes #iterations t_min[usec] ...' table header",
                          f"got {scan['table_header']!r}")
+    unknown = [c for c in columns if c not in _LAT_COLUMNS.values()]
+    if unknown or (columns and columns[-1] in ("t_min_us", "t_max_us")):
+        raise ParseError(tool, "a complete '#bytes #iterations t_min[usec] ... t_typical[usec] ...' header",
+                         f"got {scan['table_header'][:100]!r} (cut or damaged output)")
     for row in scan["rows"]:
-        if len(row) < 3:
-            raise ParseError(tool, "latency rows", f"short row {row}")
+        if len(row) < 3 or (columns and len(row) != len(columns)):
+            raise ParseError(tool, "latency rows matching the '#bytes ...' header",
+                             f"row {' '.join(row)[:80]!r} has {len(row)} values for {len(columns)} columns")
         values: dict = {}
         for name, token in zip(columns, row, strict=False):
             if name in {"bytes", "iterations"}:
                 values[name] = int(_number(token, tool, row))
             elif name in _LAT_COLUMNS.values():
+                if name != "tps_average" and _decimals(token) != 2:  # REPORT_FMT_LAT: %-7.2f
+                    raise ParseError(tool, "latency values with 2 decimals (perftest's format)",
+                                     f"row {' '.join(row)[:80]!r} (cut or damaged output)")
                 values[name] = _number(token, tool, row)
         if "bytes" not in values or "iterations" not in values:
             raise ParseError(tool, "#bytes and #iterations columns", f"row {row}")

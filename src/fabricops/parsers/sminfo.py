@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from fabricops.errors import ParseError
+from fabricops.parsers._text import bounded
 
 TOOL = "sminfo"
 EXPECTED = "a line 'sminfo: sm lid N sm guid 0x..., activity count N priority N state N SMINFO_...'"
@@ -52,6 +53,7 @@ def normalise_guid(raw: str) -> str:
     return "0x" + digits.rjust(16, "0")
 
 
+@bounded(TOOL, max_mb=1)
 def parse(text: str) -> SmInfo:
     if text is None or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -75,9 +77,13 @@ def parse(text: str) -> SmInfo:
     prio = int(m.group("prio"))
     if prio > 15:
         raise ParseError(TOOL, EXPECTED, f"priority {prio} is outside 0..15")
+    try:
+        guid = normalise_guid(m.group("guid"))
+    except ValueError as exc:
+        raise ParseError(TOOL, EXPECTED, str(exc)) from None
     return SmInfo(
         lid=int(m.group("lid")),
-        guid=normalise_guid(m.group("guid")),
+        guid=guid,
         activity_count=int(m.group("act")),
         priority=prio,
         state=state,
