@@ -198,7 +198,7 @@ def _ecn_points(text: str) -> dict[tuple[str, str, int], bool]:
 def _ipv4(ip_json: str) -> dict[str, list[str]]:
     try:
         data = json.loads(ip_json or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return {
         d.get("ifname", ""): [a["local"] for a in d.get("addr_info", []) if a.get("family") == "inet"]
@@ -210,7 +210,7 @@ def _ipv4(ip_json: str) -> dict[str, list[str]]:
 def _mtus(ip_json: str) -> dict[str, int]:
     try:
         data = json.loads(ip_json or "[]")
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return {d.get("ifname", ""): int(d.get("mtu") or 0) for d in data if isinstance(d, dict)}
 

@@ -255,7 +255,7 @@ def nvue_config(conn: Any) -> dict[str, Any]:
     body = "\n".join(ln for ln in text.replace("\r\n", "\n").splitlines() if not ln.startswith("Error:"))
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _Step("read", f"nv config show -o json did not answer JSON ({_squeeze(text)[:60]!r})") from None
     tree: dict[str, Any] = {}
     for item in doc if isinstance(doc, list) else [doc]:

@@ -235,7 +235,7 @@ def _json_tree(text: str, what: str) -> dict[str, Any]:
         return {}  # nothing configured under that path
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ParseError(what, "JSON from -o json", f"got {text.strip()[:60]!r}") from None
     if not isinstance(doc, dict):
         raise ParseError(what, "a JSON object", f"got {type(doc).__name__}")

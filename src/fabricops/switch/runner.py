@@ -50,8 +50,15 @@ def _parsed_facts(os_name: str, running_config: str) -> Facts:
 
     import yaml
 
+    from fabricops import safeyaml
+
     text = running_config.strip()
-    doc: Any = json.loads(text) if text[:1] in "[{" else yaml.safe_load(text)
+    try:  # `nv config show` text from the user: no YAML aliases (an alias bomb), bounded nesting
+        doc: Any = json.loads(text) if text[:1] in "[{" else safeyaml.load(text)
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise SwitchError(
+            f"running_config for cumulus is not the YAML/JSON of `nv config show`: {str(exc).splitlines()[0]}"
+        ) from None
     if isinstance(doc, list):  # nv config show: [ {header: ...}, {set: {...}} ]
         tree: dict[str, Any] = {}
         for item in doc:

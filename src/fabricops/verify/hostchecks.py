@@ -1038,7 +1038,7 @@ def _ipoib(ctx: _Ctx) -> None:
             continue
         try:
             data = json.loads(res.get("stdout") or "")[0]
-        except (ValueError, IndexError, TypeError):
+        except (ValueError, IndexError, TypeError, RecursionError):
             ctx.add("hosts", "ipoib", name, ERROR, f"{ctx.host} {name}: `ip -j addr` output unreadable")
             continue
         problems = []

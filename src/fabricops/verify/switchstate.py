@@ -86,7 +86,7 @@ def nvue_pfc_priorities(qos_json: str) -> set[int]:
 
     try:
         node = json.loads(qos_json or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
     for part in ("pfc", "default-global", "switch-priority"):
         node = node.get(part) if isinstance(node, dict) else None
