@@ -70,6 +70,10 @@ def test_fm_repo_is_signed_and_its_key_reaches_the_role(tmp_path, monkeypatch):
     assert subprocess.run(detached, capture_output=True).returncode != 0
     defaults = yaml.safe_load((Path(__file__).parents[2] / "roles/nvidia_fabric_manager/defaults/main.yml")
                               .read_text())
-    want = "{{ fabricops_fabric_manager.repo_key_url | default('') }}"
-    assert defaults["nvidia_fabric_manager_repo_key_url"] == want
     assert defaults["nvidia_fabric_manager_repo_trusted"] is False
+    # the key reaches the role as its own variables in the lab inventory, as a real rack's does
+    from fabricops.lab import inventory, topology
+
+    data = inventory.all_yml({"topology": topology.load(), "fabric_manager": facts}, None)
+    assert data["nvidia_fabric_manager_repo_key_url"] == facts["repo_key_url"]
+    assert data["nvidia_fabric_manager_repo_key_sha256"] == facts["repo_key_sha256"]

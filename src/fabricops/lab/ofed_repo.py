@@ -367,7 +367,29 @@ def signing_home() -> Path:
     return paths.STATE_DIR / "repo-signing"
 
 
+_SHORT_HOMES: dict[str, Path] = {}
+
+
+def _short(home: Path) -> Path:
+    """HOME, or a short private alias of it: gpg-agent puts its socket in the home directory and a
+    Unix socket path holds at most 108 bytes, so a deep state dir (a test's tmp_path) fails with
+    'No agent running'. The alias is a link in a fresh 0700 directory, removed at exit."""
+    if len(str(home)) <= 60:
+        return home
+    key = str(home)
+    if key not in _SHORT_HOMES:
+        import atexit
+        import tempfile
+
+        base = Path(tempfile.mkdtemp(prefix="fo-gpg-"))
+        (base / "h").symlink_to(home)
+        atexit.register(shutil.rmtree, base, True)
+        _SHORT_HOMES[key] = base / "h"
+    return _SHORT_HOMES[key]
+
+
 def _gpg(home: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess:
+    home = _short(home)
     gpg = shutil.which("gpg")
     if gpg is None:
         raise FabricopsError("gpg is not installed on the lab controller: install the gnupg package "
@@ -384,7 +406,8 @@ def _agent(home: Path):
     finally:
         gpgconf = shutil.which("gpgconf")
         if gpgconf:
-            subprocess.run([gpgconf, "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True,
+            subprocess.run([gpgconf, "--homedir", str(_short(home)), "--kill", "gpg-agent"],
+                           capture_output=True,
                            check=False)
 
 
