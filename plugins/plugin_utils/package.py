@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The one message for a controller without the fabricops Python package.
 
-The collection's plugins are thin shims over the ``fabricops`` package, which runs in the Python
-that runs ansible-playbook. Installed from its tarball, the collection carries the package's
-source, so the message names the exact command for this controller: pip of that Python, on this
-collection's own directory (or the wheel built from it).
+The collection's plugins are thin shims over the ``fabricops`` package, which must be importable by
+the Python that runs ansible-playbook. The package ships as a wheel of the same release as the
+collection (README, "Install on your controller"); the message names the exact pip for this
+controller and the wheel's file name.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 
 
@@ -18,11 +20,29 @@ def collection_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def collection_version() -> str:
+    """The collection's version: MANIFEST.json (installed) or galaxy.yml (a checkout); '<version>'."""
+    root = collection_dir()
+    try:
+        with open(os.path.join(root, "MANIFEST.json"), encoding="utf-8") as fh:
+            return str(json.load(fh)["collection_info"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as fh:
+            m = re.search(r"^version:\s*([0-9A-Za-z.+-]+)\s*$", fh.read(), re.M)
+            if m:
+                return m.group(1)
+    except OSError:
+        pass
+    return "<version>"
+
+
 def missing_package(plugin: str, exc: BaseException) -> str:
     """One sentence: what is missing, where, and the command that installs it."""
     return (
         f"{plugin} needs the fabricops Python package in the Python that runs Ansible "
-        f"({sys.executable}), which cannot import it ({exc}); install it with "
-        f"`{sys.executable} -m pip install {collection_dir()}` (the collection carries the package), "
-        "or pip install the fabricops-<version>-py3-none-any.whl built from the same release"
+        f"({sys.executable}), which cannot import it ({exc}); install the wheel of this release with "
+        f"`{sys.executable} -m pip install fabricops-{collection_version()}-py3-none-any.whl` (built from "
+        "the fabricops source with `python3 -m pip wheel --no-deps .`; README, Install on your controller)"
     )

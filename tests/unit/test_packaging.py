@@ -50,7 +50,7 @@ def test_meta_execution_environment_points_at_the_requirement_files():
 
 def test_the_collection_build_leaves_out_the_checkouts_settings():
     ignore = yaml.safe_load((REPO / "galaxy.yml").read_text())["build_ignore"]
-    for entry in ("ansible.cfg", "inventories/lab", ".venv", "tests", ".collections"):
+    for entry in ("ansible.cfg", "inventories/lab", ".venv", "tests", ".collections", "src"):
         assert entry in ignore
 
 
