@@ -1,21 +1,9 @@
-"""The one transport seam to a switch: netmiko behind ``get_roce_data`` and ``apply``.
+"""The one transport seam to a switch: netmiko sessions and the RoCE reads (``get_roce_data``).
 
 Everything above this module sees CLI text only, so tests feed captured text through a fake
 connection (any object with ``send_command``, ``send_config_set``, ``save_config`` and
-``disconnect``) and a later move from netmiko to another transport stays here.
-
-Apply flows
------------
-Onyx: the pre-change running config is kept; the commands are sent in config mode; on a rejected
-command, a dropped session or a failed verification a *new* session restores the pre-change RoCE
-configuration (the commands that take the current state back, computed by the same knob table)
-and checks it; ``configuration write`` is sent only after the change is verified.
-
-NVUE: ``nv set``/``nv unset`` stage a pending revision; ``nv config diff`` decides whether anything
-changed (empty: ``nv config detach``, nothing applied); ``nv config apply --confirm <time> -y``
-applies with an automatic rollback; a *new* session checks reachability and the applied state, then
-confirms (``nv config apply --confirm-yes``) and ``nv config save``. On failure before apply:
-``nv config detach``; after apply: ``nv config apply --confirm-no`` (or the timer rolls back).
+``disconnect``) and a later move from netmiko to another transport stays here. The change flows
+(lock, device-side check, apply, checked restore) are :mod:`fabricops.switch.change`.
 """
 
 from __future__ import annotations
@@ -24,22 +12,16 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from fabricops.errors import FabricopsError
 from fabricops.parsers.nvue import parse_config_diff
 
 from .access import SwitchAccess, known_hosts_from_ssh_args
-from .knobs import Facts
 from .model import SwitchError
-from .resource import compute, gather
 
 __all__ = [
     "NETMIKO_DEVICE_TYPES",
-    "ApplyResult",
     "Connector",
-    "apply",
     "connect",
     "get_roce_data",
     "known_hosts_from_ssh_args",
@@ -187,268 +169,6 @@ def get_roce_data(connection: Any, os_name: str, ports: Sequence[str] = ()) -> d
 
 
 # --------------------------------------------------------------------------- applying
-
-
-@dataclass
-class ApplyResult:
-    changed: bool
-    sent: list[str] = field(default_factory=list)  #: every configuration command sent, in order
-    after: Facts = field(default_factory=dict)
-    after_data: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-class StepFailed(FabricopsError):
-    def __init__(self, step: str, detail: str):
-        super().__init__(detail)
-        self.step = step
-        self.detail = detail
-
-
-def _safe_disconnect(conn: Any) -> None:
-    with contextlib.suppress(Exception):  # a dead session may fail to close
-        conn.disconnect()
-
-
-def _reason(exc: BaseException) -> str:
-    name = type(exc).__name__
-    text = " ".join(re.split(r"\s*Things you might try", str(exc))[0].split())[:200]
-    if name == "ConfigInvalidException":
-        return f"the switch rejected a command ({text})"
-    if "Timeout" in name:
-        return f"the session was lost: no prompt came back ({name}: {text})"
-    return f"the session dropped ({name}: {text})" if text else f"the session dropped ({name})"
-
-
-def apply(
-    connection: Any,
-    commands: Sequence[str],
-    *,
-    os_name: str,
-    switch: str,
-    reconnect: Connector,
-    before_facts: Facts,
-    want: Facts,
-    state: str,
-    ports: Sequence[str] = (),
-    save: bool = True,
-    confirm_timeout: str = "120s",
-) -> ApplyResult:
-    """Send ``commands`` safely (see the module doc); raises :class:`SwitchError` naming switch and step."""
-    if not commands:
-        return ApplyResult(changed=False)
-    if os_name == "onyx":
-        return _apply_onyx(
-            connection, list(commands), switch, reconnect, before_facts, want, state, ports, save
-        )
-    return _apply_nvue(
-        connection, list(commands), switch, reconnect, want, state, ports, save, confirm_timeout
-    )
-
-
-def _verify(conn: Any, os_name: str, want: Facts, state: str, ports: Sequence[str]) -> tuple[Facts, dict]:
-    data = get_roce_data(conn, os_name, ports)
-    facts, _oper = gather(os_name, data, ports)
-    left = compute(state, want, facts, os_name, ports)
-    if left:
-        raise StepFailed("verify", f"after the change the switch still needs: {'; '.join(left[:5])}")
-    return facts, data
-
-
-def _apply_onyx(
-    conn: Any,
-    commands: list[str],
-    switch: str,
-    reconnect: Connector,
-    before: Facts,
-    want: Facts,
-    state: str,
-    ports: Sequence[str],
-    save: bool,
-) -> ApplyResult:
-    result = ApplyResult(changed=True, sent=list(commands))
-    step = "send"
-    try:
-        try:
-            _onyx_enable(conn)
-            conn.send_config_set(commands, error_pattern=ONYX_ERROR)
-        except Exception as exc:
-            raise StepFailed("send", _reason(exc)) from exc
-        step = "verify"
-        try:
-            result.after, result.after_data = _verify(conn, "onyx", want, state, ports)
-        except StepFailed:
-            raise
-        except Exception as exc:
-            raise StepFailed("verify", _reason(exc)) from exc
-    except StepFailed as failure:
-        _safe_disconnect(conn)
-        restored = _restore_onyx(switch, reconnect, before, ports)
-        raise SwitchError(
-            f"{switch}: step '{failure.step}' failed: {failure.detail}. {restored} "
-            "Nothing was saved (configuration write not sent)."
-        ) from None
-    step = "save"
-    try:
-        conn.save_config()
-    except Exception as exc:
-        raise SwitchError(
-            f"{switch}: step '{step}' failed: configuration write did not complete ({_reason(exc)}); "
-            "the running configuration holds the change, the saved one may not. Run the play again."
-        ) from None
-    result.sent.append("configuration write")
-    return result
-
-
-def _onyx_enable(conn: Any) -> None:
-    """Config mode needs enable mode on Onyx (netmiko's driver does not enter it at login)."""
-    enable = getattr(conn, "enable", None)
-    if callable(enable):
-        enable()
-
-
-def _restore_onyx(switch: str, reconnect: Connector, before: Facts, ports: Sequence[str]) -> str:
-    """Take the running RoCE configuration back to ``before`` over a new session; a sentence."""
-    try:
-        conn = reconnect()
-    except Exception as exc:
-        return (
-            f"Could not reconnect to restore the previous configuration ({_reason(exc)}); the saved "
-            "configuration is unchanged, so a reload restores it."
-        )
-    try:
-        facts, _ = gather("onyx", get_roce_data(conn, "onyx", ()), ())
-        undo = compute("overridden", before, facts, "onyx")
-        if undo:
-            _onyx_enable(conn)
-            conn.send_config_set(undo, error_pattern=ONYX_ERROR)
-        facts, _ = gather("onyx", get_roce_data(conn, "onyx", ()), ())
-        left = compute("overridden", before, facts, "onyx")
-        if left:
-            return (
-                f"Restoring the previous configuration left {len(left)} difference(s): {'; '.join(left[:3])}."
-            )
-        return f"The previous configuration was restored ({len(undo)} command(s))."
-    except Exception as exc:
-        return (
-            f"Restoring the previous configuration failed ({_reason(exc)}); "
-            "the saved configuration is unchanged."
-        )
-    finally:
-        _safe_disconnect(conn)
-
-
-def _nvue_send(conn: Any, command: str) -> str:
-    out = conn.send_command(command)
-    if NVUE_ERROR.search(out or ""):
-        raise StepFailed("stage", f"'{command}' answered: {' '.join(out.split())[:200]}")
-    return out
-
-
-def _apply_nvue(
-    conn: Any,
-    commands: list[str],
-    switch: str,
-    reconnect: Connector,
-    want: Facts,
-    state: str,
-    ports: Sequence[str],
-    save: bool,
-    confirm_timeout: str,
-) -> ApplyResult:
-    result = ApplyResult(changed=True)
-    applied = False
-    step = "stage"
-    try:
-        try:
-            for cmd in commands:
-                step = "stage"
-                _nvue_send(conn, cmd)
-                result.sent.append(cmd)
-            step = "diff"
-            diff = parse_config_diff(conn.send_command("nv config diff"))
-            if diff.empty:
-                _nvue_send(conn, "nv config detach")
-                result.sent.append("nv config detach")
-                result.changed = False
-                result.notes.append("nv config diff was empty: nothing applied")
-                return result
-            step = "apply"
-            cmd = f"nv config apply --confirm {confirm_timeout} -y"
-            applied = True  # from here on the apply may have happened, even if no answer comes back
-            out = conn.send_command(cmd, read_timeout=120)
-            result.sent.append(cmd)
-            if NVUE_ERROR.search(out or "") or "applied" not in (out or ""):
-                raise StepFailed("apply", f"'{cmd}' answered: {' '.join((out or '').split())[:200]}")
-        except StepFailed:
-            raise
-        except Exception as exc:
-            raise StepFailed(step, _reason(exc)) from exc
-        # reachability: a new session must reach the switch and see the wanted state
-        step = "confirm"
-        try:
-            conn2 = reconnect()
-        except Exception as exc:
-            raise StepFailed("confirm", f"the switch is not reachable after apply ({_reason(exc)})") from exc
-        try:
-            result.after, result.after_data = _verify(conn2, "cumulus", want, state, ports)
-            out = conn2.send_command("nv config apply --confirm-yes")
-            result.sent.append("nv config apply --confirm-yes")
-            if NVUE_ERROR.search(out or ""):
-                raise StepFailed("confirm", f"confirm answered: {' '.join(out.split())[:200]}")
-            if save:
-                step = "save"
-                out = conn2.send_command("nv config save")
-                if NVUE_ERROR.search(out or ""):
-                    raise StepFailed("save", f"'nv config save' answered: {' '.join(out.split())[:200]}")
-                result.sent.append("nv config save")
-        except StepFailed:
-            raise
-        except Exception as exc:
-            raise StepFailed(step, _reason(exc)) from exc
-        finally:
-            _safe_disconnect(conn2)
-        return result
-    except StepFailed as failure:
-        _safe_disconnect(conn)
-        if failure.step == "save":
-            raise SwitchError(
-                f"{switch}: step 'save' failed: {failure.detail}; the change is applied and confirmed "
-                "but not saved to the startup revision. Run the play again."
-            ) from None
-        undone = _undo_nvue(reconnect, applied, confirm_timeout)
-        raise SwitchError(f"{switch}: step '{failure.step}' failed: {failure.detail}. {undone}") from None
-
-
-def _undo_nvue(reconnect: Connector, applied: bool, confirm_timeout: str) -> str:
-    try:
-        conn = reconnect()
-    except Exception as exc:
-        if applied:
-            return (
-                f"Could not reconnect ({_reason(exc)}); the unconfirmed apply rolls back by itself within "
-                f"{confirm_timeout}."
-            )
-        return f"Could not reconnect to detach the pending revision ({_reason(exc)}); nothing was applied."
-    notes = []
-    try:
-        if applied:
-            status = conn.send_command("nv config apply --confirm-status")
-            if "no pending confirm" not in status.lower():
-                conn.send_command("nv config apply --confirm-no")
-                notes.append("The unconfirmed apply was rolled back (nv config apply --confirm-no).")
-            else:
-                notes.append("No unconfirmed apply was pending.")
-        if not parse_config_diff(conn.send_command("nv config diff")).empty:
-            conn.send_command("nv config detach")
-            notes.append("The pending revision was detached; the switch keeps its previous configuration.")
-        elif not applied:
-            notes.append("Nothing was applied; the switch keeps its previous configuration.")
-    except Exception as exc:
-        notes.append(f"Cleaning up failed ({_reason(exc)}).")
-    finally:
-        _safe_disconnect(conn)
-    return " ".join(notes)
 
 
 def require_no_pending(conn: Any, switch: str, data: Mapping[str, str], discard: bool) -> list[str]:
