@@ -149,8 +149,18 @@ def test_drift_from_an_empty_directory_reports_what_the_checkout_reports(user, t
     assert a["items"] == b["items"] == []
 
 
-def test_other_commands_work_from_an_empty_directory(user):
+def test_other_commands_work_from_an_empty_directory(user, tmp_path):
     fixture = next((REPO / "tests/fixtures/ibstat").glob("*"))
     out = _ok(_run(["fabricops", "parse", "ibstat", fixture], user["work"], user["env"])).stdout
     assert json.loads(out)
     _ok(_run(["fabricops", "plan", "--gpus", "32"], user["work"], user["env"]))
+    # verify and diagnose read the inventory they are given and judge a real host (0 pass / 1 failed;
+    # anything else means they could not run from here)
+    verify = _run(["fabricops", "verify", "-i", INVENTORY, "--limit", HOST, "--only", "gpus", "--json", "-"],
+                  user["work"], user["env"])
+    assert verify.returncode in (0, 1), verify.stdout[-2000:] + verify.stderr[-2000:]
+    assert json.loads(verify.stdout)
+    argv = ["fabricops", "diagnose", "-i", INVENTORY, "--limit", HOST, "--no-switches", "--json", "-"]
+    diagnose = _run(argv, user["work"], user["env"])
+    assert diagnose.returncode in (0, 1), diagnose.stdout[-2000:] + diagnose.stderr[-2000:]
+    assert json.loads(diagnose.stdout)
