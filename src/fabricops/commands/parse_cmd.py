@@ -57,20 +57,10 @@ def _read(path: str, tool: str) -> str:
 
 
 def _write(text: str) -> None:
-    """Write to stdout; a closed pipe (``| head``) is not an error of this command."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python flushes stdout again at exit and would print "Exception ignored ... BrokenPipeError":
-        # point stdout at /dev/null so that last flush has nowhere to fail.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):  # stdout without a file descriptor (a test's capture)
-            pass
-        finally:
-            os.close(devnull)
+    """Write to stdout at once; a closed pipe (``| head``) raises BrokenPipeError, which
+    ``fabricops.cli.main`` turns into the quiet status 141 (docs/cli.md), as for every command."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def run(args: argparse.Namespace) -> int:
