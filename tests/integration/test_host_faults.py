@@ -101,7 +101,7 @@ def test_a_host_lost_mid_run_is_named_and_drift_tells_the_truth_after(hosts_up, 
     assert "fatal: [gpu04]: UNREACHABLE!" in run.stdout
     assert not re.search(r"ROLLOUT DONE: [^;]*gpu04", run.stdout), "the rollout claimed gpu04 done"
     rc, changed = _truthful("gpu04", tmp_path)
-    RESULTS.append(("host lost mid-run", f"named gpu04 unreachable; then drift {rc}, converge changed {changed}"))
+    RESULTS.append(("host lost mid-run", f"gpu04 named unreachable; drift {rc}, converge changed {changed}"))
     assert _drift("gpu04", tmp_path)[0] == 0
 
 
