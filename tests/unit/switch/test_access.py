@@ -290,7 +290,12 @@ def bastion(env, loop, tmp_path):
         f.write(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
     Bastion.forwarded = []
     yield port
-    acceptor.close()
+
+    async def stop():  # on the loop's own thread: asyncssh servers are not thread-safe
+        acceptor.close()
+        await acceptor.wait_closed()
+
+    loop.run(stop())
 
 
 def _ssh_config(env, bastion_port, proxy_line):
