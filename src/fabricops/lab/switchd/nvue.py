@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .state import FaultWatch, port_entry, write_fabric_file
+from .state import FaultWatch, port_entry, run_line, write_fabric_file
 
 __all__ = ["NvueSession", "NvueSwitch", "expand_ports"]
 
@@ -468,27 +468,17 @@ class NvueSession:
         self.sw.check_confirm()
         s = line.strip()
         rule = self.sw.faults.match(s) if s else None
-        act = rule["action"] if rule else ""
-        if act == "drop":
-            self.closed = True
-            return "", True
-        if act == "freeze":
-            self.frozen = True
-            return "", False
-        if act == "reject":  # NVUE reports a refused change as "Error: ..." (as _validate does)
-            return f"Error: Invalid config [rev_id: {self.sw.rev}]\n  rejected: {s}\n", False
-        out, drop = self._dispatch(s)
-        if act == "drop_after":
-            self.closed = True
-            return "", True
-        if act == "freeze_after":
-            self.frozen = True
-            return "", False
-        if act == "foreign":
+
+        def foreign(commands: list[str]) -> None:  # another operator's session on the same switch
             other = NvueSession(self.sw, "operator")
-            for c in rule.get("commands") or []:
-                other.handle(str(c))
-        return out, drop
+            for c in commands:
+                other.handle(c)
+
+        # a refused change: NVUE reports it as "Error: ..." (as _validate does)
+        def reject(c: str) -> str:
+            return f"Error: Invalid config [rev_id: {self.sw.rev}]\n  rejected: {c}\n"
+
+        return run_line(self, s, rule, self._dispatch, reject, foreign)
 
     def _dispatch(self, s: str) -> tuple[str, bool]:
         if not s:

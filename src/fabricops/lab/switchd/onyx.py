@@ -16,7 +16,7 @@ from typing import Any
 
 from fabricops.parsers.onyx import expand_interface_range
 
-from .state import FaultWatch, atomic_write_json, port_entry
+from .state import FaultWatch, atomic_write_json, port_entry, run_line
 
 __all__ = ["ROCE_DEFAULTS", "OnyxSession", "OnyxSwitch"]
 
@@ -429,25 +429,9 @@ class OnyxSession:
             self.sw.write_fabric()
         s = " ".join(line.strip().split())
         rule = self.sw.faults.match(s) if s else None
-        act = rule["action"] if rule else ""
-        if act == "drop":
-            self.closed = True
-            return "", True
-        if act == "freeze":
-            self.frozen = True
-            return "", False
-        if act == "reject":  # an Onyx CLI error line starts with "% " (see _unrecognized)
-            return f"% Command rejected by the switch: {s}\n", False
-        out, drop = self._dispatch(s)
-        if act == "drop_after":
-            self.closed = True
-            return "", True
-        if act == "freeze_after":
-            self.frozen = True
-            return "", False
-        if act == "foreign":
-            self.sw.foreign(list(rule.get("commands") or []))
-        return out, drop
+        # a refused command: an Onyx CLI error line starts with "% " (see _unrecognized)
+        return run_line(self, s, rule, self._dispatch, lambda c: f"% Command rejected by the switch: {c}\n",
+                        self.sw.foreign)
 
     def _dispatch(self, s: str) -> tuple[str, bool]:
         if not s:

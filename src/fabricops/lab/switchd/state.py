@@ -6,6 +6,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,36 @@ class FaultWatch:
             self._remaining = None  # fires once per arming
             return True
         return False
+
+
+def run_line(
+    session: Any,
+    line: str,
+    rule: dict[str, Any] | None,
+    dispatch: Callable[[str], tuple[str, bool]],
+    reject: Callable[[str], str],
+    foreign: Callable[[list[str]], None],
+) -> tuple[str, bool]:
+    """Run LINE through DISPATCH under the fault RULE it triggered (FaultWatch.match), for both OSes.
+
+    SESSION has ``closed`` and ``frozen``; REJECT gives the OS's own error text for a refused line;
+    FOREIGN runs another operator's commands between ours. Returns (output, session dropped)."""
+    act = rule["action"] if rule else ""
+    if act == "drop":
+        session.closed = True
+        return "", True
+    if act == "freeze":
+        session.frozen = True
+        return "", False
+    if act == "reject":
+        return reject(line), False
+    out, drop = dispatch(line)
+    if act == "drop_after":
+        session.closed = True
+        return "", True
+    if act == "freeze_after":
+        session.frozen = True
+        return "", False
+    if act == "foreign":
+        foreign([str(c) for c in rule.get("commands") or []])
+    return out, drop
