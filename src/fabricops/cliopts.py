@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -185,6 +186,19 @@ def check_writable(dest: str | os.PathLike | None, flag: str) -> None:
     target = path if path.exists() else parent
     if not os.access(target, os.W_OK):
         raise CouldNotRun(f"{flag} {path}: not writable (permission denied)")
+
+
+def emit_report(args: Any, text: str, json_doc: Callable[[], str], junit_doc: Callable[[], str]) -> None:
+    """The report where the convention puts it: the terminal text on stdout (on stderr with
+    ``--json - -v``, never beside JSON on stdout), then ``--json`` / ``--junit`` when asked."""
+    if not json_to_stdout(args):
+        sys.stdout.write(text)
+    elif args.verbose and not args.quiet:
+        sys.stderr.write(text)
+    if args.json:
+        write_output(args.json, json_doc(), "--json")
+    if getattr(args, "junit", None):
+        write_output(args.junit, junit_doc(), "--junit")
 
 
 def write_output(dest: str | os.PathLike, text: str, flag: str) -> None:

@@ -1036,15 +1036,9 @@ def cmd_diagnose(args) -> int:
     findings = analyse(evidence, ctx)
     status = exit_status(findings, hosts, missing)
     text = terminal(findings, hosts, notes, missing)
-    if not cliopts.json_to_stdout(args):
-        sys.stdout.write(text)
-    elif args.verbose and not args.quiet:
-        sys.stderr.write(text)
     if status == EXIT_NORUN and not args.quiet:
         print(f"fabricops diagnose: no verdict: no evidence from {', '.join(missing) or 'any host'}",
               file=sys.stderr)
-    if args.json:
-        cliopts.write_output(args.json, to_json(findings, hosts, notes, missing), "--json")
-    if args.junit:
-        cliopts.write_output(args.junit, to_junit(findings, hosts, missing), "--junit")
+    cliopts.emit_report(args, text, lambda: to_json(findings, hosts, notes, missing),
+                        lambda: to_junit(findings, hosts, missing))
     return status

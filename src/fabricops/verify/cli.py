@@ -164,15 +164,9 @@ def cmd_verify(args) -> int:
     not_checked = reach.not_checked(run.hosts)
     status = report.exit_status(run, not_checked)
     text = report.terminal(run, not_checked=not_checked, status=status)
-    if not cliopts.json_to_stdout(args):
-        sys.stdout.write(text)
-    elif args.verbose and not args.quiet:
-        sys.stderr.write(text)
     if status == EXIT_NORUN and not args.quiet:
         print(f"fabricops verify: could not check {', '.join(not_checked)}: unreachable over SSH",
               file=sys.stderr)
-    if args.json:
-        cliopts.write_output(args.json, report.to_json(run, not_checked=not_checked, status=status), "--json")
-    if args.junit:
-        cliopts.write_output(args.junit, report.to_junit(run, not_checked=not_checked), "--junit")
+    cliopts.emit_report(args, text, lambda: report.to_json(run, not_checked=not_checked, status=status),
+                        lambda: report.to_junit(run, not_checked=not_checked))
     return status
