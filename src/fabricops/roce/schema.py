@@ -166,8 +166,11 @@ GROUPS = {"ecn": "ECN thresholds (switch side) and host DCQCN on the other prior
 
 #: Switch-only settings, set as role variables of ``roce_switch`` (task options of the module).
 SWITCH_SETTINGS: tuple[Field, ...] = (
-    Field("pfc_watchdog", "bool", True, "PFC watchdog (storm protection) on the configured ports.", SWITCH,
-          role_var="roce_switch_pfc_watchdog"),
+    Field(
+        "pfc_watchdog", "bool", True,
+        "PFC watchdog (storm protection) on the configured ports (Onyx also globally).",
+        SWITCH, role_var="roce_switch_pfc_watchdog",
+    ),
     Field(
         "ets_lossless_percent", "int", 50,
         "DWRR share of the lossless traffic class; class 0 gets the rest, the CNP class is strict.",
@@ -175,7 +178,8 @@ SWITCH_SETTINGS: tuple[Field, ...] = (
     ),
     Field(
         "buffer_pool", "str", "default",
-        "NVUE lossless buffer pool layout (qos roce mode); default: lossless on Cumulus, unmanaged on Onyx.",
+        "NVUE lossless buffer pool layout (qos roce mode); default: lossless on Cumulus, unmanaged on Onyx "
+        "(Onyx traffic pool buffers are not managed yet).",
         SWITCH, choices=("default", "lossless", "lossless-single-ipool"), role_var="roce_switch_buffer_pool",
     ),
 )
@@ -357,6 +361,11 @@ def _option(f: Field, *, with_default: bool) -> dict[str, Any]:
         spec["choices"] = list(f.choices)
     elif f.type == "int" and f.lo is not None and f.hi is not None and f.hi - f.lo < 8:
         spec["choices"] = list(range(f.lo, f.hi + 1))
+    elif f.lo is not None:  # a wide range: said, not listed (the model checks it)
+        klo, khi = f.key_range or (0, 0)
+        what = f"Keys (DSCP) {klo} to {khi}, values" if f.type == "map" else "From"
+        unit = {"": "", "%": " percent"}.get(f.unit, f" {f.unit}")
+        spec["description"] += f" {what} {f.lo} to {f.hi}{unit}."
     if with_default and f.default is not None:
         spec["default"] = f.default
     elif f.default not in (None, {}):

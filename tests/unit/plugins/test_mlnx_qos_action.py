@@ -15,23 +15,12 @@ import pytest
 from unit.hostqos.emulated import DEVICE, NETDEV, host  # noqa: F401  (fixture)
 
 PLUGINS = Path(__file__).resolve().parents[3] / "plugins" / "action"
-LOSSLESS = {
-    "interface": NETDEV,
-    "trust": "dscp",
-    "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
-    "dscp2prio": {"26": 3, "48": 6},
-}
+# the call shape of roles/roce_host/tasks: the port's planned dict as one config
+QOS = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "dscp2prio": {"26": 3, "48": 6}}
+LOSSLESS = {"interface": NETDEV, "config": QOS}
 ON3 = [None, None, None, True, None, None, None, None]
-KNOBS = {
-    "netdev": NETDEV,
-    "device": DEVICE,
-    "port": 1,
-    "ecn_np": ON3,
-    "ecn_rp": ON3,
-    "traffic_class": 106,
-    "rdma_cm_tos": 106,
-    "roce_mode": 2,
-}
+SYSFS = {"ecn_np": ON3, "ecn_rp": ON3, "traffic_class": 106, "rdma_cm_tos": 106, "roce_mode": 2}
+KNOBS = {"netdev": NETDEV, "device": DEVICE, "port": 1, "config": SYSFS}
 
 
 def load(name):
@@ -121,7 +110,9 @@ def test_mlnx_qos_bad_input_fails_before_reading(host):  # noqa: F811
     from ansible.errors import AnsibleActionFail
 
     with pytest.raises(AnsibleActionFail, match=f"{NETDEV}: pfc must be 8 values"):
-        run_action("mlnx_qos", host, {**LOSSLESS, "pfc": [0, 0, 0, 0, 0, 0, 0, 0, 1]})
+        run_action(
+            "mlnx_qos", host, {**LOSSLESS, "config": {**QOS, "pfc": [0, 0, 0, 0, 0, 0, 0, 0, 1]}}
+        )
 
 
 def test_mlnx_qos_unsupported_netdev_is_a_clear_failure(host):  # noqa: F811
