@@ -61,10 +61,10 @@ options:
         type: int
         choices: [0, 1, 2, 3, 4, 5, 6, 7]
       dscp:
-        description: DSCP of RoCE data (ToS = DSCP << 2 | 2, so 26 gives 106). Default 26.
+        description: DSCP of RoCE data (ToS = DSCP << 2 | 2, so 26 gives 106). From 0 to 63. Default 26.
         type: int
       cnp_dscp:
-        description: DSCP of congestion notification packets (not dscp). Default 48.
+        description: DSCP of congestion notification packets (not dscp). From 0 to 63. Default 48.
         type: int
       cnp_priority:
         description: Priority of CNPs (not lossless_priority). Default 6.
@@ -79,13 +79,15 @@ options:
         type: dict
         options:
           min_kb:
-            description: Switch ECN marking starts at this queue depth. Default 150.
+            description: Switch ECN marking starts at this queue depth. From 1 to 100000 KB. Default 150.
             type: int
           max_kb:
-            description: Switch ECN marking reaches probability here (not below min_kb). Default 1500.
+            description: >-
+              Switch ECN marking reaches probability here (not below min_kb). From 1 to 100000 KB. Default
+              1500.
             type: int
           probability:
-            description: Switch ECN marking probability at max_kb. Default 100.
+            description: Switch ECN marking probability at max_kb. From 1 to 100 percent. Default 100.
             type: int
           other_priorities:
             description: Host DCQCN on the priorities other than the lossless one. Default enabled.

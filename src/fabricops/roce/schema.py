@@ -369,7 +369,7 @@ def _option(f: Field, *, with_default: bool) -> dict[str, Any]:
     if with_default and f.default is not None:
         spec["default"] = f.default
     elif f.default not in (None, {}):
-        spec["description"] = f"{f.description} Default {_text(f.default)}."
+        spec["description"] += f" Default {_text(f.default)}."
     return spec
 
 
