@@ -37,7 +37,7 @@ options:
         not managed. Validated and converted on the controller by the action plugin; left out, the
         task only reads.
     type: dict
-    options:
+    suboptions:
       # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate config
       trust:

@@ -53,7 +53,7 @@ options:
     description: The fabric-wide RoCE definition (C(fabricops_roce)); schema in docs/roce.md.
     type: dict
     default: {}
-    options:
+    suboptions:
       # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate roce
       lossless_priority:
@@ -77,7 +77,7 @@ options:
       ecn:
         description: ECN thresholds (switch side) and host DCQCN on the other priorities.
         type: dict
-        options:
+        suboptions:
           min_kb:
             description: Switch ECN marking starts at this queue depth. From 1 to 100000 KB. Default 150.
             type: int

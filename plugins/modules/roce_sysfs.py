@@ -46,7 +46,7 @@ options:
         managed. Validated and converted on the controller by the action plugin; left out, the task only
         reads.
     type: dict
-    options:
+    suboptions:
       # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate config
       ecn_np:

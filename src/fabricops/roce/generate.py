@@ -66,8 +66,9 @@ def _wrap(text: str) -> list[str]:
     return textwrap.wrap(text, WRAP, break_on_hyphens=False, break_long_words=False)
 
 
-def yaml_options(options: dict[str, Any]) -> list[str]:
-    """Ansible ``options`` entries as YAML lines (keys in a fixed order)."""
+def yaml_options(options: dict[str, Any], nested: str = "options") -> list[str]:
+    """Ansible ``options`` entries as YAML lines (keys in a fixed order). ``nested``: the key of
+    sub-options, ``options`` in role argument specs, ``suboptions`` in module DOCUMENTATION."""
     lines: list[str] = []
     for name, spec in options.items():
         lines.append(f"{name}:")
@@ -78,8 +79,8 @@ def yaml_options(options: dict[str, Any]) -> list[str]:
             elif key in spec:
                 lines.append(f"  {key}: {_scalar(spec[key])}")
         if "options" in spec:
-            lines.append("  options:")
-            lines.extend("    " + line for line in yaml_options(spec["options"]))
+            lines.append(f"  {nested}:")
+            lines.extend("    " + line for line in yaml_options(spec["options"], nested))
     return lines
 
 
@@ -160,6 +161,7 @@ def md_rules() -> list[str]:
 
 
 DEFINITION = lambda: yaml_options(schema.ansible_options(FIELDS))  # noqa: E731
+DEFINITION_DOC = lambda: yaml_options(schema.ansible_options(FIELDS), "suboptions")  # noqa: E731
 SWITCH_DOC = lambda: yaml_options(schema.ansible_options(SWITCH_SETTINGS, with_default=True))  # noqa: E731
 
 #: file (relative to the repository root) -> region name -> renderer
@@ -170,8 +172,8 @@ TARGETS: dict[str, dict[str, Callable[[], list[str]]]] = {
         "switch_settings": role_switch_settings,
     },
     "roles/roce_switch/defaults/main.yml": {"switch_settings": defaults_switch_settings},
-    "plugins/modules/roce_plan.py": {"roce": DEFINITION},
-    "plugins/modules/roce_switch.py": {"roce": DEFINITION, "switch_settings": SWITCH_DOC},
+    "plugins/modules/roce_plan.py": {"roce": DEFINITION_DOC},
+    "plugins/modules/roce_switch.py": {"roce": DEFINITION_DOC, "switch_settings": SWITCH_DOC},
     "plugins/modules/mlnx_qos.py": {
         "config": lambda: yaml_options(schema.ansible_options(PORT_QOS)),
         "config_spec": lambda: py_spec("CONFIG_OPTIONS", schema.argument_spec(PORT_QOS)),

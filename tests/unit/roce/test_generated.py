@@ -104,11 +104,12 @@ def test_generated_options_hold_every_declared_field():
     for options in (
         _role_options("roce_host")["roce_host_roce"]["options"],
         _role_options("roce_switch")["roce_switch_roce"]["options"],
-        _module_doc("roce_plan")["options"]["roce"]["options"],
-        _module_doc("roce_switch")["options"]["roce"]["options"],
+        _module_doc("roce_plan")["options"]["roce"]["suboptions"],
+        _module_doc("roce_switch")["options"]["roce"]["suboptions"],
     ):
-        found = {k for k, v in options.items() if "options" not in v}
-        found |= {f"{k}.{s}" for k, v in options.items() if "options" in v for s in v["options"]}
+        nested = lambda v: v.get("options") or v.get("suboptions")  # noqa: E731  (role spec / module doc)
+        found = {k for k, v in options.items() if not nested(v)}
+        found |= {f"{k}.{s}" for k, v in options.items() if nested(v) for s in nested(v)}
         assert found == paths
     # the host role lists no 64 DSCP values any more (a wide range is said, not enumerated)
     assert "choices" not in _role_options("roce_host")["roce_host_roce"]["options"]["dscp"]
@@ -128,7 +129,7 @@ def test_module_argument_spec_matches_its_documentation():
             if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CONFIG_OPTIONS"
         )
         assert ast.literal_eval(literal) == schema.argument_spec(fields)
-        doc = _module_doc(name)["options"]["config"]["options"]
+        doc = _module_doc(name)["options"]["config"]["suboptions"]
         assert list(doc) == [f.name for f in fields]
         for option, spec in ast.literal_eval(literal).items():
             assert {k: v for k, v in doc[option].items() if k != "description"} == spec
