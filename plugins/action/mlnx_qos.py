@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.arguments import OptionsError, validate_options
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.errors import FabricopsError
     from fabricops.hostqos import mlnx_qos as qos
+    from fabricops.roce import schema
 except ImportError as exc:  # pragma: no cover - only without the Python package
     qos = None
     IMPORT_ERROR = exc
@@ -19,6 +21,14 @@ else:
     IMPORT_ERROR = None
 
 MODULE = "fabricops.fabric.mlnx_qos"
+
+
+def argument_spec():
+    """The task options: the netdev and one ``config`` dict (its keys declared in fabricops.roce.schema)."""
+    return {
+        "interface": {"type": "str", "required": True},
+        "config": {"type": "dict", "options": schema.argument_spec(schema.PORT_QOS)},
+    }
 
 
 class ActionModule(ActionBase):
@@ -31,12 +41,13 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 missing_package(MODULE, IMPORT_ERROR)
             )
-        args = dict(self._task.args)
-        iface = args.get("interface")
-        if not iface:
-            raise AnsibleActionFail(f"{MODULE}: 'interface' is required")
         try:
-            want = qos.want_from(args)
+            args = validate_options("mlnx_qos", argument_spec(), self._task.args)
+        except OptionsError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        iface = args["interface"]
+        try:
+            want = qos.want_from(args["config"] or {})
         except FabricopsError as exc:
             raise AnsibleActionFail(f"{iface}: {exc}") from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.arguments import OptionsError, validate_options
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
@@ -16,6 +17,13 @@ except ImportError as exc:  # pragma: no cover - only without the Python package
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+
+#: the task options (the definition itself is checked by fabricops.model.roce, field by field)
+ARGUMENT_SPEC = {
+    "roce": {"type": "dict", "default": {}},
+    "hcas": {"type": "list", "elements": "dict", "required": True},
+    "interfaces": {"type": "list", "elements": "str", "default": []},
+}
 
 
 class ActionModule(ActionBase):
@@ -28,10 +36,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 missing_package("fabricops.fabric.roce_plan", IMPORT_ERROR)
             )
-        args = self._task.args
         try:
-            plan = host_plan(args.get("roce") or {}, args.get("hcas") or [], args.get("interfaces") or [])
-        except FabricopsError as exc:
+            args = validate_options("roce_plan", ARGUMENT_SPEC, self._task.args)
+            plan = host_plan(args["roce"], args["hcas"], args["interfaces"])
+        except (OptionsError, FabricopsError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
         result.update(changed=False, **plan)

@@ -32,6 +32,10 @@ else:
     IMPORT_ERROR = None
 
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # also in fabricops.switch.access
+try:
+    from fabricops.roce import schema as _roce_schema
+except ImportError:  # pragma: no cover - only without the Python package (run() says so)
+    _roce_schema = None
 #: the task options, validated by Ansible's own argument-spec code (so ``"false"`` from -e is false);
 #: every value that reaches a switch CLI line is checked again in fabricops.switch.model / knobs.
 ARGUMENT_SPEC = {
@@ -44,13 +48,8 @@ ARGUMENT_SPEC = {
     "ports": {"type": "list", "elements": "str"},
     "cabling": {"type": "list", "elements": "dict"},
     "os": {"type": "str"},
-    "pfc_watchdog": {"type": "bool", "default": True},
-    "ets_lossless_percent": {"type": "int", "default": 50},
-    "buffer_pool": {
-        "type": "str",
-        "default": "default",
-        "choices": ["default", "lossless", "lossless-single-ipool"],
-    },
+    # pfc_watchdog, ets_lossless_percent, buffer_pool: declared in fabricops.roce.schema.SWITCH_SETTINGS
+    **(_roce_schema.switch_argument_spec() if _roce_schema else {}),
     "save": {"type": "bool", "default": True},
     "confirm_timeout": {"type": "str", "default": "120s"},
     "discard_pending": {"type": "bool", "default": False},

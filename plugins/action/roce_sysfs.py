@@ -6,12 +6,15 @@ write only the difference (never in check mode), read back and verify."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.arguments import OptionsError, validate_options
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
 
 try:
     from fabricops.errors import FabricopsError
     from fabricops.hostqos import knobs as kb
+    from fabricops.roce import schema
 except ImportError as exc:  # pragma: no cover - only without the Python package
     kb = None
     IMPORT_ERROR = exc
@@ -19,7 +22,39 @@ else:
     IMPORT_ERROR = None
 
 MODULE = "fabricops.fabric.roce_sysfs"
-WANT_KEYS = ("ecn_np", "ecn_rp", "cnp_dscp", "cnp_priority", "traffic_class", "rdma_cm_tos", "roce_mode")
+
+
+def argument_spec():
+    """The task options: the port and one ``config`` dict (its keys declared in fabricops.roce.schema)."""
+    return {
+        "netdev": {"type": "str", "required": True},
+        "device": {"type": "str", "required": True},
+        "port": {"type": "int", "default": 1},
+        "config": {"type": "dict", "options": schema.argument_spec(schema.PORT_SYSFS)},
+    }
+
+
+def _flags(name, values):
+    """8 DCQCN enables: true / false (also "yes", "false", 0 ...) or null (unmanaged)."""
+    if values is None:
+        return None
+    out = []
+    for prio, value in enumerate(values):
+        try:
+            out.append(None if value is None else boolean(value, strict=True))
+        except TypeError:
+            raise OptionsError(
+                f"roce_sysfs: config.{name}[{prio}] is {value!r}; use true, false or null."
+            ) from None
+    return out
+
+
+def want_from(args):
+    """Validated task options -> the want of :func:`fabricops.hostqos.knobs.knobs_for`."""
+    config = dict(args["config"] or {})
+    for name in ("ecn_np", "ecn_rp"):
+        config[name] = _flags(name, config.get(name))
+    return {f.name: config.get(f.name) for f in schema.PORT_SYSFS}
 
 
 class ActionModule(ActionBase):
@@ -32,13 +67,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(
                 missing_package(MODULE, IMPORT_ERROR)
             )
-        args = dict(self._task.args)
-        netdev, device = args.get("netdev"), args.get("device")
-        if not netdev or not device:
-            raise AnsibleActionFail(f"{MODULE}: 'netdev' and 'device' are required")
-        port = int(args.get("port") or 1)
         try:
-            table = kb.knobs_for(netdev, device, port, {k: args.get(k) for k in WANT_KEYS})
+            args = validate_options("roce_sysfs", argument_spec(), self._task.args)
+            want = want_from(args)
+        except OptionsError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        netdev, device, port = args["netdev"], args["device"], args["port"]
+        try:
+            table = kb.knobs_for(netdev, device, port, want)
         except FabricopsError as exc:
             raise AnsibleActionFail(str(exc)) from None
         spec = kb.read_spec(table)

@@ -31,20 +31,30 @@ options:
     description: The netdev (for example C(enp170s0f0np0)).
     type: str
     required: true
-  trust:
-    description: Priority trust state; C(dscp) for RoCE v2 without VLANs.
-    type: str
-    choices: [dscp, pcp]
-  pfc:
-    description: PFC enable per priority, 8 values of 0 or 1 (C([0,0,0,1,0,0,0,0])).
-    type: list
-    elements: int
-  dscp2prio:
-    description: "DSCP to priority entries to hold (C({26: 3, 48: 6})); other DSCP values are untouched."
+  config:
+    description:
+      - The port's declared mlnx_qos values (C(roce_plan) C(ports[].mlnx_qos)); a key left out or null is
+        not managed. Validated and converted on the controller by the action plugin; left out, the
+        task only reads.
     type: dict
-  cable_len:
-    description: Cable length in metres (sizes the PFC headroom buffer).
-    type: int
+    suboptions:
+      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # BEGIN fabricops.roce.generate config
+      trust:
+        description: Priority trust state; dscp for RoCE v2 without VLANs.
+        type: str
+        choices: [dscp, pcp]
+      pfc:
+        description: PFC enable per priority, 8 values of 0 or 1.
+        type: list
+        elements: int
+      dscp2prio:
+        description: DSCP to priority entries to hold; other DSCP values are untouched.
+        type: dict
+      cable_len:
+        description: Cable length in metres (sizes the PFC headroom buffer).
+        type: int
+      # END fabricops.roce.generate config
   _commands:
     description:
       - Internal - the C(mlnx_qos) argument groups the action plugin computed and passes to the module.
@@ -76,9 +86,10 @@ EXAMPLES = r"""
 - name: Trust DSCP, PFC on priority 3, DSCP 26 on priority 3, CNP DSCP 48 on priority 6
   fabricops.fabric.mlnx_qos:
     interface: enp170s0f0np0
-    trust: dscp
-    pfc: [0, 0, 0, 1, 0, 0, 0, 0]
-    dscp2prio: {26: 3, 48: 6}
+    config:
+      trust: dscp
+      pfc: [0, 0, 0, 1, 0, 0, 0, 0]
+      dscp2prio: {26: 3, 48: 6}
 """
 
 RETURN = r"""
@@ -110,16 +121,22 @@ from ansible.module_utils.basic import AnsibleModule
 ALLOWED = ("--trust", "--pfc", "--dscp2prio", "--cable_len")
 # The same allow-list as fabricops.validate.netdev (this module runs on the host, without the package).
 NETDEV = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}")
+# The config suboptions, generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate).
+# BEGIN fabricops.roce.generate config_spec
+CONFIG_OPTIONS = {
+    "trust": {"type": "str", "choices": ["dscp", "pcp"]},
+    "pfc": {"type": "list", "elements": "int"},
+    "dscp2prio": {"type": "dict"},
+    "cable_len": {"type": "int"},
+}
+# END fabricops.roce.generate config_spec
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
             "interface": {"type": "str", "required": True},
-            "trust": {"type": "str", "choices": ["dscp", "pcp"]},
-            "pfc": {"type": "list", "elements": "int"},
-            "dscp2prio": {"type": "dict"},
-            "cable_len": {"type": "int"},
+            "config": {"type": "dict", "options": CONFIG_OPTIONS},
             "_commands": {"type": "list", "elements": "list", "default": []},
         },
         supports_check_mode=True,

@@ -25,6 +25,59 @@ options:
     description: The fabric-wide RoCE definition (usually C(fabricops_roce)); see docs/roce.md.
     type: dict
     default: {}
+    suboptions:
+      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # BEGIN fabricops.roce.generate roce
+      lossless_priority:
+        description: The one priority with PFC (RoCE data). Default 3.
+        type: int
+        choices: [0, 1, 2, 3, 4, 5, 6, 7]
+      dscp:
+        description: DSCP of RoCE data (ToS = DSCP << 2 | 2, so 26 gives 106). From 0 to 63. Default 26.
+        type: int
+      cnp_dscp:
+        description: DSCP of congestion notification packets (not dscp). From 0 to 63. Default 48.
+        type: int
+      cnp_priority:
+        description: Priority of CNPs (not lossless_priority). Default 6.
+        type: int
+        choices: [0, 1, 2, 3, 4, 5, 6, 7]
+      trust:
+        description: Priority trust of the NICs and switch ports (dscp L3, pcp L2). Default dscp.
+        type: str
+        choices: [dscp, pcp]
+      ecn:
+        description: ECN thresholds (switch side) and host DCQCN on the other priorities.
+        type: dict
+        suboptions:
+          min_kb:
+            description: Switch ECN marking starts at this queue depth. From 1 to 100000 KB. Default 150.
+            type: int
+          max_kb:
+            description: >-
+              Switch ECN marking reaches probability here (not below min_kb). From 1 to 100000 KB. Default
+              1500.
+            type: int
+          probability:
+            description: Switch ECN marking probability at max_kb. From 1 to 100 percent. Default 100.
+            type: int
+          other_priorities:
+            description: Host DCQCN on the priorities other than the lossless one. Default enabled.
+            type: str
+            choices: [enabled, disabled, unmanaged]
+      cable_length_m:
+        description: mlnx_qos cable length (PFC headroom); null leaves it as it is. From 1 to 1000 m.
+        type: int
+      roce_mode:
+        description: rdma_cm default RoCE mode (1 = v1, 2 = v2). Default 2.
+        type: int
+        choices: [1, 2]
+      dscp_map:
+        description: >-
+          Extra DSCP to priority entries (the RoCE and CNP entries are always set). Keys (DSCP) 0 to 63,
+          values 0 to 7.
+        type: dict
+      # END fabricops.roce.generate roce
   hcas:
     description: C(ansible_facts.fabric.hcas) from C(fabricops.fabric.fabric_facts).
     type: list

@@ -40,30 +40,40 @@ options:
     description: The HCA port number.
     type: int
     default: 1
-  ecn_np:
-    description: DCQCN notification point per priority, 8 values C(true), C(false) or C(null) (not managed).
-    type: list
-    elements: raw
-  ecn_rp:
-    description: DCQCN reaction point per priority, as O(ecn_np).
-    type: list
-    elements: raw
-  cnp_dscp:
-    description: DSCP of the CNPs this port sends (skipped with a warning where the driver lacks the knob).
-    type: int
-  cnp_priority:
-    description: Priority of the CNPs this port sends (same caveat).
-    type: int
-  traffic_class:
-    description: RoCE traffic class (IP ToS = DSCP << 2 | 2 (ECT), so 106 for DSCP 26).
-    type: int
-  rdma_cm_tos:
-    description: rdma_cm default ToS for RoCE connections (C(cma_roce_tos)).
-    type: int
-  roce_mode:
-    description: rdma_cm default RoCE mode, 1 or 2 (C(cma_roce_mode)).
-    type: int
-    choices: [1, 2]
+  config:
+    description:
+      - The port's declared knob values (C(roce_plan) C(ports[].sysfs)); a key left out or null is not
+        managed. Validated and converted on the controller by the action plugin; left out, the task only
+        reads.
+    type: dict
+    suboptions:
+      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # BEGIN fabricops.roce.generate config
+      ecn_np:
+        description: DCQCN notification point per priority, 8 values true, false or null.
+        type: list
+        elements: raw
+      ecn_rp:
+        description: DCQCN reaction point per priority, as ecn_np.
+        type: list
+        elements: raw
+      cnp_dscp:
+        description: DSCP of the CNPs this port sends (skipped where the driver lacks it).
+        type: int
+      cnp_priority:
+        description: Priority of the CNPs this port sends (same caveat).
+        type: int
+      traffic_class:
+        description: RoCE traffic class (IP ToS, 106 for DSCP 26).
+        type: int
+      rdma_cm_tos:
+        description: rdma_cm default ToS for RoCE connections (cma_roce_tos).
+        type: int
+      roce_mode:
+        description: rdma_cm default RoCE mode, 1 or 2 (cma_roce_mode).
+        type: int
+        choices: [1, 2]
+      # END fabricops.roce.generate config
   _read_files:
     description:
       - Internal - the sysfs files the action plugin asks the module to read. A task's value is ignored
@@ -110,11 +120,12 @@ EXAMPLES = r"""
     netdev: enp170s0f0np0
     device: mlx5_2
     port: 1
-    ecn_np: [null, null, null, true, null, null, null, null]
-    ecn_rp: [null, null, null, true, null, null, null, null]
-    traffic_class: 106
-    rdma_cm_tos: 106
-    roce_mode: 2
+    config:
+      ecn_np: [null, null, null, true, null, null, null, null]
+      ecn_rp: [null, null, null, true, null, null, null, null]
+      traffic_class: 106
+      rdma_cm_tos: 106
+      roce_mode: 2
 """
 
 RETURN = r"""
@@ -138,6 +149,18 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The config suboptions, generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate).
+# BEGIN fabricops.roce.generate config_spec
+CONFIG_OPTIONS = {
+    "ecn_np": {"type": "list", "elements": "raw"},
+    "ecn_rp": {"type": "list", "elements": "raw"},
+    "cnp_dscp": {"type": "int"},
+    "cnp_priority": {"type": "int"},
+    "traffic_class": {"type": "int"},
+    "rdma_cm_tos": {"type": "int"},
+    "roce_mode": {"type": "int", "choices": [1, 2]},
+}
+# END fabricops.roce.generate config_spec
 PREFIXES = ("/sys/class/net/", "/sys/class/infiniband/", "/sys/kernel/config/rdma_cm/")
 TOOLS = ("cma_roce_tos", "cma_roce_mode")
 # The same allow-lists as fabricops.validate (netdev, HCA): the module runs without the package.
@@ -188,13 +211,7 @@ def main():
             "netdev": {"type": "str", "required": True},
             "device": {"type": "str", "required": True},
             "port": {"type": "int", "default": 1},
-            "ecn_np": {"type": "list", "elements": "raw"},
-            "ecn_rp": {"type": "list", "elements": "raw"},
-            "cnp_dscp": {"type": "int"},
-            "cnp_priority": {"type": "int"},
-            "traffic_class": {"type": "int"},
-            "rdma_cm_tos": {"type": "int"},
-            "roce_mode": {"type": "int", "choices": [1, 2]},
+            "config": {"type": "dict", "options": CONFIG_OPTIONS},
             "_read_files": {"type": "list", "elements": "str", "default": []},
             "_read_commands": {"type": "list", "elements": "list", "default": []},
             "_writes": {"type": "list", "elements": "dict", "default": []},

@@ -66,3 +66,15 @@ def test_hidden_parameters_are_documented(path):
     if spec is None:  # documentation-only module: the action plugin is the implementation
         return
     assert spec <= set(doc.get("options") or {}), sorted(spec - set(doc.get("options") or {}))
+
+
+def _nested_keys(options, where):
+    for name, spec in (options or {}).items():
+        assert "options" not in spec, f"{where}.{name}: module docs nest with 'suboptions', not 'options'"
+        _nested_keys(spec.get("suboptions"), f"{where}.{name}")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+def test_nested_options_are_suboptions(path):
+    """Module DOCUMENTATION nests with ``suboptions`` (role argument specs use ``options``)."""
+    _nested_keys(yaml.safe_load(docs_of(path)["DOCUMENTATION"]).get("options"), path.stem)

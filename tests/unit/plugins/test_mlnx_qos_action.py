@@ -7,79 +7,16 @@ mode reports and changes nothing, drift is found.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from unittest import mock
-
 import pytest
 from unit.hostqos.emulated import DEVICE, NETDEV, host  # noqa: F401  (fixture)
+from unit.plugins.actionrun import run_action
 
-PLUGINS = Path(__file__).resolve().parents[3] / "plugins" / "action"
-LOSSLESS = {
-    "interface": NETDEV,
-    "trust": "dscp",
-    "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
-    "dscp2prio": {"26": 3, "48": 6},
-}
+# the call shape of roles/roce_host/tasks: the port's planned dict as one config
+QOS = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "dscp2prio": {"26": 3, "48": 6}}
+LOSSLESS = {"interface": NETDEV, "config": QOS}
 ON3 = [None, None, None, True, None, None, None, None]
-KNOBS = {
-    "netdev": NETDEV,
-    "device": DEVICE,
-    "port": 1,
-    "ecn_np": ON3,
-    "ecn_rp": ON3,
-    "traffic_class": 106,
-    "rdma_cm_tos": 106,
-    "roce_mode": 2,
-}
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"action_{name}", PLUGINS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.ActionModule
-
-
-def fake_module(host, calls):  # noqa: F811
-    """The host side of mlnx_qos / roce_sysfs, on the emulated host."""
-
-    def run(module_name, module_args, task_vars=None, **_):
-        calls.append((module_name, module_args))
-        if module_name.endswith("mlnx_qos"):
-            iface = module_args["interface"]
-            for group in module_args["_commands"]:
-                rc, out = host.run(["mlnx_qos", "-i", iface, *group])
-                if rc:
-                    return {"failed": True, "msg": out}
-            rc, out = host.run(["mlnx_qos", "-i", iface])
-            return (
-                {"failed": True, "msg": out}
-                if rc
-                else {"stdout": out, "changed": bool(module_args["_commands"])}
-            )
-        for w in module_args["_writes"]:
-            if "path" in w:
-                host.write(w["path"], w["value"])
-            else:
-                host.run(w["argv"])
-        files = {p: host.read(p) for p in module_args["_read_files"]}
-        cmds = []
-        for argv in module_args["_read_commands"]:
-            rc, out = host.run(argv)
-            cmds.append({"argv": argv, "rc": rc, "stdout": out, "stderr": ""})
-        return {"raw": {"files": files, "commands": cmds}}
-
-    return run
-
-
-def run_action(name, host, args, check_mode=False):  # noqa: F811
-    task = mock.MagicMock(args=args, check_mode=check_mode, async_val=0, diff=True)
-    action = load(name)(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
-    calls = []
-    with mock.patch.object(action, "_execute_module", side_effect=fake_module(host, calls)):
-        result = action.run(task_vars={})
-    return result, calls
+SYSFS = {"ecn_np": ON3, "ecn_rp": ON3, "traffic_class": 106, "rdma_cm_tos": 106, "roce_mode": 2}
+KNOBS = {"netdev": NETDEV, "device": DEVICE, "port": 1, "config": SYSFS}
 
 
 def test_mlnx_qos_converge_then_no_change(host):  # noqa: F811
@@ -121,7 +58,9 @@ def test_mlnx_qos_bad_input_fails_before_reading(host):  # noqa: F811
     from ansible.errors import AnsibleActionFail
 
     with pytest.raises(AnsibleActionFail, match=f"{NETDEV}: pfc must be 8 values"):
-        run_action("mlnx_qos", host, {**LOSSLESS, "pfc": [0, 0, 0, 0, 0, 0, 0, 0, 1]})
+        run_action(
+            "mlnx_qos", host, {**LOSSLESS, "config": {**QOS, "pfc": [0, 0, 0, 0, 0, 0, 0, 0, 1]}}
+        )
 
 
 def test_mlnx_qos_unsupported_netdev_is_a_clear_failure(host):  # noqa: F811
