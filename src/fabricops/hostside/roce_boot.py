@@ -133,8 +133,11 @@ def verify_port(system: System, port: Port, notes: list[str]) -> list[str]:
     spec = knobs.read_spec(port.knobs)
     raw = {
         "files": {path: system.read(path) for path in spec["files"]},
-        "commands": [dict(zip(("rc", "stdout"), system.run(argv)), argv=argv) for argv in spec["commands"]],
+        "commands": [],
     }
+    for argv in spec["commands"]:
+        rc, out = system.run(argv)
+        raw["commands"].append({"argv": argv, "rc": rc, "stdout": out})
     for knob in port.knobs:
         try:
             values, warnings = knobs.values_from(nd, [knob], raw)

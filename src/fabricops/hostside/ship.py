@@ -67,7 +67,9 @@ def files_for(module: str) -> list[dict[str, str]]:
     """``[{"path": "fabricops/hostqos/knobs.py", "src": "/.../fabricops/hostqos/knobs.py"}, ...]``,
     sorted by path: the entry, every fabricops module it needs and their packages' ``__init__.py``."""
     if not isinstance(module, str) or not _NAME.fullmatch(module):
-        raise ShipError(f"{module!r} is not a fabricops module name (for example fabricops.hostside.roce_boot).")
+        raise ShipError(
+            f"{module!r} is not a fabricops module name (for example fabricops.hostside.roce_boot)."
+        )
     root = package_root()
     if _source(root, module) is None:
         raise ShipError(f"{module} is not a module of the fabricops package at {root}.")

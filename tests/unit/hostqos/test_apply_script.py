@@ -115,7 +115,8 @@ def test_apply_then_verify_on_a_fresh_host(script, host, capsys):  # noqa: F811
     assert script("verify", host) == 1
     out = capsys.readouterr().out
     # the package's phrases (fabricops.hostqos.mlnx_qos.verify, fabricops.hostqos.knobs.verify)
-    assert f"{NETDEV}: trust is pcp, want dscp" in out and f"{NETDEV}: traffic_class is unset, want 106" in out
+    assert f"{NETDEV}: trust is pcp, want dscp" in out
+    assert f"{NETDEV}: traffic_class is unset, want 106" in out
     assert script("apply", host) == 0
     have = qos(host)
     assert have.trust == "dscp" and have.pfc == (0, 0, 0, 1, 0, 0, 0, 0) and have.cable_len == 7

@@ -67,7 +67,8 @@ def config(tmp_path):
     hcas = [{"name": h["name"], "ports": h["ports"]} for h in hardware()["hcas"]]
     plan = host_plan({"lossless_priority": 3, "dscp": 26, "cnp_priority": 5}, hcas)
     path = tmp_path / "roce-qos.json"
-    path.write_text("# header\n" + json.dumps({"roce": plan["roce"], "ports": plan["ports"], "boot_wait_s": 0}))
+    doc = {"roce": plan["roce"], "ports": plan["ports"], "boot_wait_s": 0}
+    path.write_text("# header\n" + json.dumps(doc))
     return str(path)
 
 
@@ -125,7 +126,7 @@ def test_no_host_side_file_or_role_spells_a_knob_path():
     for path in others:
         text = path.read_text()
         for key, tail in tails.items():
-            assert tail not in text, f"{path} spells the {key} knob path ({tail}); use fabricops.hostqos.knobs"
+            assert tail not in text, f"{path} spells the {key} knob path ({tail}); use knobs.PATHS"
 
 
 def test_boot_program_needs_the_host_qos_modules_and_not_the_controller_ones():
@@ -151,7 +152,7 @@ def _filter():
 
 
 def _tasks(role):
-    name, loop_var, _, _ = ROLES[role]
+    name = ROLES[role][0]
     return yaml.safe_load((REPO / "roles" / role / "tasks" / name).read_text())
 
 
@@ -243,8 +244,8 @@ def test_shipped_collector_runs_on_the_standard_library_alone(tmp_path):
     cfg.write_text(json.dumps({"nvlink": False, "host": "gpu04"}))
     (tmp_path / "sys").mkdir()
     out = tmp_path / "fabricops.prom"
-    proc = _bare([str(launcher), "--config", str(cfg), "--sysfs", str(tmp_path / "sys"), "--output", str(out)],
-                 tmp_path)
+    argv = [str(launcher), "--config", str(cfg), "--sysfs", str(tmp_path / "sys"), "--output", str(out)]
+    proc = _bare(argv, tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert re.search(r'^fabricops_collector_last_run_timestamp_seconds\{host="gpu04"\} \d', text, re.M)
