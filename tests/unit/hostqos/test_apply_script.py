@@ -161,3 +161,24 @@ def test_unreadable_config_exits_2(tmp_path, script, host):  # noqa: F811
     mod = roce_boot
     assert mod.main(["apply"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2
     assert mod.main(["bogus"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2
+
+
+def test_a_config_the_package_refuses_exits_2_and_changes_nothing(tmp_path, host, capsys):  # noqa: F811
+    """The package's own checks (hostqos.mlnx_qos.want_from, hostqos.knobs.knobs_for) run on every
+    port before anything is touched."""
+    text = render("roce-qos.json.j2")
+    good = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    for mutate, phrase in (
+        (lambda p: p["mlnx_qos"].update(pfc=[0, 0, 0, 1]), "pfc must be 8 values of 0 or 1"),
+        (lambda p: p["sysfs"].update(roce_mode=3), "roce_mode must be 1 or 2"),
+        (lambda p: p["sysfs"].update(ecn_np=[True]), "ecn_np must list 8 priorities"),
+    ):
+        doc = json.loads(json.dumps(good))
+        doc["ports"].append(json.loads(json.dumps(doc["ports"][0])))
+        mutate(doc["ports"][1])  # the second port is bad: the first must not be applied either
+        config = tmp_path / "bad.json"
+        config.write_text(json.dumps(doc))
+        assert roce_boot.main(["apply", "--config", str(config)], system=host, wait_s=0) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fabricops-roce-qos: cannot read {config}:") and phrase in err, err
+        assert host.ran == []
