@@ -304,8 +304,12 @@ def test_unit_templates_keep_their_keys_with_valid_values():
 
 
 def test_roce_boot_script_carries_no_inventory_value():
-    script = (ROOT / "roles" / "roce_host" / "files" / "fabricops-roce-qos").read_text()
+    # the program is the package module (shipped from the installed package); the launcher the role
+    # renders carries only the role's own library directory
+    script = (ROOT / "src" / "fabricops" / "hostside" / "roce_boot.py").read_text()
     assert "{{" not in script and "{%" not in script
+    launcher = (ROOT / "roles" / "roce_host" / "templates" / "fabricops-roce-qos-launcher.j2").read_text()
+    assert set(re.findall(r"\{\{\s*(\w+)", launcher)) == {"ansible_managed", "__roce_host_lib_dir"}
     assert not (ROOT / "roles" / "roce_host" / "templates" / "fabricops-roce-qos.j2").exists()
     unit = (ROOT / "roles" / "roce_host" / "templates" / "fabricops-roce-qos.service.j2").read_text()
     assert "ExecStart={{ roce_host_script_path }} apply --config {{ roce_host_config_path }}" in unit

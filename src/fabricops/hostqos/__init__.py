@@ -8,5 +8,7 @@
   modules and the boot-time apply script share
 
 The Ansible action plugins ``fabricops.fabric.mlnx_qos``, ``roce_sysfs`` and ``roce_plan`` are thin
-shims over these. See docs/roce.md.
+shims over these. ``mlnx_qos`` and ``knobs`` are stdlib-only: they also run on the hosts, inside the
+boot-time program :mod:`fabricops.hostside.roce_boot` (``plan`` stays on the controller; the config
+the program reads is its output). See docs/roce.md.
 """

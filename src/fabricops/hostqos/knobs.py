@@ -16,6 +16,9 @@ knob                   read                                              write
 
 An *optional* knob whose file is absent (older MLNX_OFED) is reported and skipped; a required one
 that is absent fails the task. Values are compared as canonical strings.
+
+Each file knob's path is declared once, in :data:`PATHS`. This module is stdlib-only: it also runs on
+the hosts, inside the boot-time program :mod:`fabricops.hostside.roce_boot`.
 """
 
 from __future__ import annotations
@@ -27,9 +30,19 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 
-__all__ = ["Knob", "KnobError", "knobs_for", "plan", "read_spec", "render", "values_from", "verify"]
+__all__ = ["PATHS", "Knob", "KnobError", "knobs_for", "plan", "read_spec", "render", "values_from", "verify"]
 
 ROCE_MODE_NAMES = {"1": "IB/RoCE v1", "2": "RoCE v2"}
+
+#: The sysfs file of each file knob (``{netdev}``, ``{device}``, ``{port}``, ``{prio}`` filled in):
+#: the one declaration the role's modules, verification and the boot-time program all read.
+PATHS = {
+    "ecn_np": "/sys/class/net/{netdev}/ecn/roce_np/enable/{prio}",
+    "ecn_rp": "/sys/class/net/{netdev}/ecn/roce_rp/enable/{prio}",
+    "cnp_dscp": "/sys/class/net/{netdev}/ecn/roce_np/cnp_dscp",
+    "cnp_priority": "/sys/class/net/{netdev}/ecn/roce_np/cnp_802p_prio",
+    "traffic_class": "/sys/class/infiniband/{device}/tc/{port}/traffic_class",
+}
 
 
 class KnobError(FabricopsError):
@@ -95,17 +108,17 @@ def knobs_for(netdev: str, device: str, port: int, want: Mapping[str, Any]) -> l
                 Knob(
                     name=f"ecn_{point}[{prio}]",
                     desired="1" if on else "0",
-                    path=f"/sys/class/net/{netdev}/ecn/roce_{point}/enable/{prio}",
+                    path=PATHS[f"ecn_{point}"].format(netdev=netdev, prio=prio),
                     parse=_flag,
                 )
             )
-    for key, rel in (("cnp_dscp", "cnp_dscp"), ("cnp_priority", "cnp_802p_prio")):
+    for key in ("cnp_dscp", "cnp_priority"):
         if want.get(key) is not None:
             out.append(
                 Knob(
                     name=key,
                     desired=str(int(want[key])),
-                    path=f"/sys/class/net/{netdev}/ecn/roce_np/{rel}",
+                    path=PATHS[key].format(netdev=netdev),
                     optional=True,
                 )
             )
@@ -114,7 +127,7 @@ def knobs_for(netdev: str, device: str, port: int, want: Mapping[str, Any]) -> l
             Knob(
                 name="traffic_class",
                 desired=str(int(want["traffic_class"])),
-                path=f"/sys/class/infiniband/{device}/tc/{port}/traffic_class",
+                path=PATHS["traffic_class"].format(device=device, port=port),
             )
         )
     base = ("-d", device, "-p", str(port))

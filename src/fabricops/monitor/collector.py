@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """fabricops collector: fabric counters for node_exporter's textfile collector.
 
-Stdlib only: the role ``fabric_monitor`` ships this very file to the hosts as
-``fabricops-collector`` (roles/fabric_monitor/files/fabricops-collector is byte-identical; a unit
-test checks it). On the controller it imports as ``fabricops.monitor.collector`` so the
-metric-building logic is unit-tested against real captures.
+Stdlib only: the role ``fabric_monitor`` copies this very module from the fabricops package
+installed on the controller to the hosts (``/usr/local/lib/fabricops``, started by the
+``fabricops-collector`` launcher; fabricops.hostside.ship). On the controller it imports as
+``fabricops.monitor.collector``: the metric-building logic is unit-tested against real captures and
+``fabricops diagnose`` parses with it.
 
 Sources (docs/monitoring.md lists every metric):
 - ``/sys/class/infiniband/DEV/ports/P/{state,phys_state,rate,link_layer}``, ``counters/*`` and

@@ -1,13 +1,12 @@
-"""The roce_host role's boot-time pieces: the rendered apply/verify script, its config and the unit.
+"""The roce_host role's boot-time pieces: the apply/verify program (fabricops.hostside.roce_boot, which
+the role ships from the installed package behind a launcher), its config and the unit.
 
-The script runs against the emulated host (the lab's emulated mlnx_qos, cma_roce_* and sysfs knobs):
+The program runs against the emulated host (the lab's emulated mlnx_qos, cma_roce_* and sysfs knobs):
 apply converges, verify passes; an openibd restart loses the state, verify says so, apply restores.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -18,10 +17,13 @@ from unit.hostqos.emulated import DEVICE, NETDEV, hardware, host  # noqa: F401  
 
 from fabricops.hostqos import mlnx_qos as q
 from fabricops.hostqos.plan import host_plan
+from fabricops.hostside import roce_boot
 
 ROLE = Path(__file__).resolve().parents[3] / "roles" / "roce_host"
 MANAGED = "Ansible managed: do not edit"
-SCRIPT = ROLE / "files" / "fabricops-roce-qos"  # shipped as is: no value is pasted into its code
+# the package module the role ships (no value is pasted into its code) and the role's launcher of it
+SCRIPT = Path(roce_boot.__file__)
+LAUNCHER = "fabricops-roce-qos-launcher.j2"
 ROCE = {"lossless_priority": 3, "dscp": 26, "cable_length_m": 7}
 
 
@@ -43,6 +45,7 @@ def render(name: str, **extra) -> str:
         "roce_host_unit_name": "fabricops-roce-qos.service",
         "__roce_host_has_openibd": True,
         "__roce_host_plan": host_plan(ROCE, hcas),
+        "__roce_host_lib_dir": "/usr/local/lib/fabricops",
         **extra,
     }
     return env.get_template(name).render(**ctx)
@@ -50,14 +53,9 @@ def render(name: str, **extra) -> str:
 
 @pytest.fixture
 def script(tmp_path):
-    path = tmp_path / "fabricops_roce_qos.py"
-    path.write_text(SCRIPT.read_text())
-    spec = importlib.util.spec_from_file_location("fabricops_roce_qos", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     config = tmp_path / "roce-qos.json"
     config.write_text(render("roce-qos.json.j2"))
-    return lambda action, system: mod.main([action], system=system, config=str(config), wait_s=0)
+    return lambda action, system: roce_boot.main([action], system=system, config=str(config), wait_s=0)
 
 
 def qos(host):  # noqa: F811
@@ -65,21 +63,21 @@ def qos(host):  # noqa: F811
 
 
 def test_templates_have_header_and_no_timestamp():
-    for name in ("roce-qos.json.j2", "fabricops-roce-qos.service.j2"):
+    for name in ("roce-qos.json.j2", "fabricops-roce-qos.service.j2", LAUNCHER):
         text = render(name)
         assert MANAGED in text.splitlines()[1 if text.startswith("#!") else 0]
         assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}", text), name
         assert render(name) == text  # deterministic
+    launcher = render(LAUNCHER)
+    assert launcher.startswith("#!/usr/bin/python3 -I\n")
+    assert 'sys.path.insert(0, "/usr/local/lib/fabricops")' in launcher
+    assert "from fabricops.hostside.roce_boot import main" in launcher
     script = SCRIPT.read_text()
-    assert "Managed by Ansible" in script.splitlines()[1]
     assert "{{" not in script and "{%" not in script  # not a template: nothing is pasted into the code
 
 
 def test_script_reads_the_config_path_from_the_unit_and_wait_from_the_config(tmp_path, host, capsys):  # noqa: F811
-    loader = importlib.machinery.SourceFileLoader("s3", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("s3", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
+    mod = roce_boot
     config = tmp_path / "odd path's \"config\".json"
     config.write_text(render("roce-qos.json.j2", roce_host_boot_wait_s=0))
     assert mod.main(["apply", "--config", str(config)], system=host) == 0
@@ -116,7 +114,9 @@ def test_unit_orders_after_openibd_and_before_network():
 def test_apply_then_verify_on_a_fresh_host(script, host, capsys):  # noqa: F811
     assert script("verify", host) == 1
     out = capsys.readouterr().out
-    assert f"{NETDEV}: trust is pcp, want dscp" in out and f"{NETDEV}: traffic_class is '', want 106" in out
+    # the package's phrases (fabricops.hostqos.mlnx_qos.verify, fabricops.hostqos.knobs.verify)
+    assert f"{NETDEV}: trust is pcp, want dscp" in out
+    assert f"{NETDEV}: traffic_class is unset, want 106" in out
     assert script("apply", host) == 0
     have = qos(host)
     assert have.trust == "dscp" and have.pfc == (0, 0, 0, 1, 0, 0, 0, 0) and have.cable_len == 7
@@ -143,7 +143,7 @@ def test_openibd_restart_loses_state_and_apply_restores_it(script, host, capsys)
     assert qos(host).trust == "pcp"  # what the driver restart does to mlnx_qos state
     assert script("verify", host) == 1
     assert (
-        f"{NETDEV}: pfc is [0, 0, 0, 0, 0, 0, 0, 0], want [0, 0, 0, 1, 0, 0, 0, 0]" in capsys.readouterr().out
+        f"{NETDEV}: pfc is 0,0,0,0,0,0,0,0, want 0,0,0,1,0,0,0,0" in capsys.readouterr().out
     )
     assert script("apply", host) == 0
     assert qos(host).pfc == (0, 0, 0, 1, 0, 0, 0, 0)
@@ -154,12 +154,31 @@ def test_drift_in_a_sysfs_knob_is_reported(script, host, capsys):  # noqa: F811
     host.write(f"/sys/class/net/{NETDEV}/ecn/roce_np/enable/3", "0")
     capsys.readouterr()
     assert script("verify", host) == 1
-    assert capsys.readouterr().out.strip() == f"{NETDEV}: ecn_np[3] is '0', want 1"
+    assert capsys.readouterr().out.strip() == f"{NETDEV}: ecn_np[3] is 0, want 1"
 
 
 def test_unreadable_config_exits_2(tmp_path, script, host):  # noqa: F811
-    spec = importlib.util.spec_from_file_location("s2", tmp_path / "fabricops_roce_qos.py")  # fixture's copy
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = roce_boot
     assert mod.main(["apply"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2
     assert mod.main(["bogus"], system=host, config=str(tmp_path / "missing.json"), wait_s=0) == 2
+
+
+def test_a_config_the_package_refuses_exits_2_and_changes_nothing(tmp_path, host, capsys):  # noqa: F811
+    """The package's own checks (hostqos.mlnx_qos.want_from, hostqos.knobs.knobs_for) run on every
+    port before anything is touched."""
+    text = render("roce-qos.json.j2")
+    good = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    for mutate, phrase in (
+        (lambda p: p["mlnx_qos"].update(pfc=[0, 0, 0, 1]), "pfc must be 8 values of 0 or 1"),
+        (lambda p: p["sysfs"].update(roce_mode=3), "roce_mode must be 1 or 2"),
+        (lambda p: p["sysfs"].update(ecn_np=[True]), "ecn_np must list 8 priorities"),
+    ):
+        doc = json.loads(json.dumps(good))
+        doc["ports"].append(json.loads(json.dumps(doc["ports"][0])))
+        mutate(doc["ports"][1])  # the second port is bad: the first must not be applied either
+        config = tmp_path / "bad.json"
+        config.write_text(json.dumps(doc))
+        assert roce_boot.main(["apply", "--config", str(config)], system=host, wait_s=0) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fabricops-roce-qos: cannot read {config}:") and phrase in err, err
+        assert host.ran == []

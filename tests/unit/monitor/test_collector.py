@@ -13,9 +13,14 @@ from fabricops.monitor import collector as c
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_role_ships_the_same_file():
-    shipped = REPO / "roles" / "fabric_monitor" / "files" / "fabricops-collector"
-    assert shipped.read_bytes() == (REPO / "src" / "fabricops" / "monitor" / "collector.py").read_bytes()
+def test_role_ships_the_package_module():
+    """The role copies this very module from the installed package (fabricops.fabric.package_files;
+    tests/unit/hostqos/test_hostside_single_source.py checks the bytes and runs it without site-packages)."""
+    from fabricops.hostside import ship
+
+    shipped = {f["path"]: f["src"] for f in ship.files_for("fabricops.monitor.collector")}
+    assert Path(shipped["fabricops/monitor/collector.py"]).read_bytes() == Path(c.__file__).read_bytes()
+    assert not (REPO / "roles" / "fabric_monitor" / "files" / "fabricops-collector").exists()
 
 
 def test_metric_names_follow_prometheus_conventions():
