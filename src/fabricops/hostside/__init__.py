@@ -10,3 +10,9 @@ Everything a host runs is stdlib-only Python and is never copied into the collec
 copy these modules from the package installed on the controller into ``/usr/local/lib/fabricops``
 and install a launcher (docs/roce.md, "Where the host-side code lives").
 """
+
+#: The oldest Python the host-side modules run on: the oldest ansible-core 2.19 supports on managed
+#: nodes (3.8; Ubuntu 20.04, RHEL 8 with python38/39). The launchers and the roles' preflight check it;
+#: tests/unit/hostqos/test_host_python_floor.py keeps the shipped files to it (syntax, regex, runtime
+#: generics) and replays a recorded apply/verify on every older interpreter it finds.
+HOST_PYTHON = (3, 8)

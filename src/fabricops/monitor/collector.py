@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable  # noqa: F401  (Callable: the Runner alias, a string for Python 3.8)
 
 PREFIX = "fabricops_"
 
@@ -170,7 +170,7 @@ NVLINK_ERRORS = {
     "crc": "nvlink_crc_errors_total",
 }
 
-Runner = Callable[[list[str]], tuple[int, str]]
+Runner = "Callable[[list[str]], tuple[int, str]]"
 
 
 class SourceError(Exception):

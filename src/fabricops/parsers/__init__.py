@@ -83,6 +83,6 @@ def to_data(record: Any) -> Any:
         return {f.name: to_data(getattr(record, f.name)) for f in dataclasses.fields(record)}
     if isinstance(record, dict):
         return {str(k): to_data(v) for k, v in record.items()}
-    if isinstance(record, list | tuple):
+    if isinstance(record, (list, tuple)):
         return [to_data(v) for v in record]
     return record

@@ -29,10 +29,10 @@ MAX_NUMBER_CHARS = 40
 MAX_JSON_DEPTH = 32
 
 _LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_CHARS + 1}}}")
-_ANSI = re.compile(r"\x1b\[[0-9;]*+[A-Za-z]")
-_DECIMAL = re.compile(r"[-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound="Callable[..., Any]")
 
 
 class InputRefused(ParseError):
@@ -86,7 +86,7 @@ def bounded(tool: str, max_mb: int) -> Callable[[F], F]:
     def wrap(func: F) -> F:
         @functools.wraps(func)
         def inner(text: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(text, bytes | bytearray):
+            if isinstance(text, (bytes, bytearray)):
                 if len(text) > limit:
                     raise too_large(tool, limit, len(text))
                 text = decode(bytes(text), tool)

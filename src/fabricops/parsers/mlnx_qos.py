@@ -25,7 +25,7 @@ _BUF = re.compile(r"^\s*Receive buffer size \(bytes\):\s*(.*)$")
 _CABLE = re.compile(r"^\s*Cable len:\s*(\d+)")
 # One way to split the numbers: ((?:\d+\s*)+) backtracked exponentially on '0000...0x'.
 _ROW = re.compile(r"^\s*(priority|enabled|buffer):?\s+(\d+(?:\s+\d+)*)\s*$")
-_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*+([^,]+),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
+_TC = re.compile(r"^\s*tc:\s*(\d+)\s+ratelimit:\s*([^,\s][^,]*),\s*tsa:\s*(\w+)(?:,\s*bw:\s*(\d+)%)?")
 _TCPRIO = re.compile(r"^\s*(?:priority|up):\s*(\d)\s*$")
 
 
