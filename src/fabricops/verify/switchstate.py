@@ -92,7 +92,8 @@ class SwitchReader:
     """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
 
     ``hostvars(name)`` gives a switch's inventory variables (as ``ansible-inventory --list`` prints
-    them); the switch is reached as the roce_switch role reaches it (:func:`inventory_access`)."""
+    them); the switch is reached as the roce_switch role reaches it (:func:`inventory_access`) and
+    checked against the definition that role applied to it (``fabricops.roce.desired``)."""
 
     def __init__(
         self,
@@ -131,4 +132,13 @@ class SwitchReader:
         facts, _oper = gather(os_name, data, sorted(set(names.values())))
         # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
         facts = switch_platform(os_name).port_facts(facts, data)
-        return {p: port_problems(os_name, facts, self.roce, n) for p, n in names.items()}
+        return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
+
+    def _roce(self, switch: str, hv: Mapping[str, Any]) -> Any:
+        """What the roce_switch role applied to this switch (``roce_switch_roce`` over
+        ``fabricops_roce``, ``fabricops.roce.desired``); the fabric-wide definition given when the
+        switch's variables hold none."""
+        from fabricops.roce.desired import desired_state
+
+        desired = desired_state(hv, switch)
+        return desired.roce if desired.roce is not None else self.roce
