@@ -100,6 +100,10 @@ class DiagnoseError(FabricopsError):
     exit_status = 5
 
 
+class ContextError(DiagnoseError):
+    """The inventory's RoCE definition does not validate (one sentence naming the variable)."""
+
+
 @dataclass
 class Finding:
     host: str
@@ -751,7 +755,7 @@ def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = Non
     try:
         ctx.lossless_priority = lossless_priority(hostvars)
     except DesiredStateError as exc:
-        raise DiagnoseError(str(exc)) from None
+        raise ContextError(f"malformed context ({exc.detail})") from None
     cabling = hostvars.get("fabricops_cabling") or []
     ctx.cabling = [dict(c) for c in cabling if isinstance(c, Mapping)]
     return ctx

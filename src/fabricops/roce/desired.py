@@ -55,6 +55,10 @@ class DesiredStateError(FabricopsError):
 
     exit_status = EXIT_BADINPUT
 
+    def __init__(self, host: str, detail: str):
+        super().__init__(f"{host}: {detail}")
+        self.host, self.detail = host, detail
+
 
 @dataclass(frozen=True)
 class Desired:
@@ -83,7 +87,7 @@ def _render(value: Any, hostvars: Mapping[str, Any], name: str, host: str) -> An
             return ansible_render(variables)(from_inventory_json({name: value})[name])
         except Exception as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-            raise DesiredStateError(f"{host}: {name} could not be resolved ({first}).") from None
+            raise DesiredStateError(host, f"{name} could not be resolved ({first}).") from None
     return value
 
 
@@ -129,7 +133,7 @@ def _checked(data: Any, source: str, host: str) -> RoceConfig:
         text = str(exc)
         if source != "fabricops_roce":
             text = text.replace("fabricops_roce", source)
-        raise DesiredStateError(f"{host}: {source} does not validate: {text}") from None
+        raise DesiredStateError(host, f"{source} does not validate: {text}") from None
 
 
 def desired_state(hostvars: Mapping[str, Any], host: str | None = None) -> Desired:
@@ -172,7 +176,7 @@ def desired_state(hostvars: Mapping[str, Any], host: str | None = None) -> Desir
         except DesiredStateError:
             raise
         except FabricopsError as exc:
-            raise DesiredStateError(f"{name}: {exc}") from None
+            raise DesiredStateError(name, str(exc)) from None
     return Desired(
         name=name, kind="switch", source=source, data=data, roce=roce, switch=spec, options=options
     )
@@ -187,7 +191,7 @@ def _bool(value: Any, var: str, host: str) -> bool:
         return True
     if text in ("0", "false", "no", "off", "n", "f"):
         return False
-    raise DesiredStateError(f"{host}: {var} is {value!r}; use true or false.")
+    raise DesiredStateError(host, f"{var} is {value!r}; use true or false.")
 
 
 def _int(value: Any, host: str) -> int:
@@ -195,9 +199,7 @@ def _int(value: Any, host: str) -> int:
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise DesiredStateError(
-        f"{host}: roce_switch_ets_lossless_percent is {value!r}; use an integer 1 to 99."
-    )
+    raise DesiredStateError(host, f"roce_switch_ets_lossless_percent is {value!r}; use an integer 1 to 99.")
 
 
 def lossless_priority(hostvars: Mapping[str, Any], host: str | None = None) -> int | None:

@@ -866,9 +866,9 @@ def _grep_files(text: str) -> dict[str, str]:
 
 
 def _definition_error(exc: BaseException, source: str, host: str) -> str:
-    """``SOURCE does not validate: ...`` without the host prefix the caller adds."""
-    text = str(exc)
-    return text[len(host) + 2:] if text.startswith(f"{host}: ") else f"{source} does not validate: {text}"
+    """``SOURCE does not validate: ...`` (the caller names the host)."""
+    detail = getattr(exc, "detail", None)
+    return detail if detail else f"{source} does not validate: {exc}"
 
 
 def _roce(ctx: _Ctx, layers: Mapping[str, str]) -> None:
