@@ -77,12 +77,15 @@ class Desired:
         return self.roce is not None
 
 
-def _render(value: Any, hostvars: Mapping[str, Any], name: str, host: str) -> Any:
-    """An inventory template (``"{{ fabricops_roce | combine(...) }}"``) resolved as a play would."""
+def _render(value: Any, hostvars: Mapping[str, Any], name: str, host: str, render: Any = None) -> Any:
+    """An inventory template (``"{{ fabricops_roce | combine(...) }}"``) resolved as a play would
+    (``render``: the caller's own templar, e.g. an action plugin's)."""
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         from fabricops.switch.access import ansible_render, from_inventory_json
 
         try:
+            if render is not None:
+                return render(value)
             variables = from_inventory_json(hostvars)
             return ansible_render(variables)(from_inventory_json({name: value})[name])
         except Exception as exc:
@@ -99,26 +102,34 @@ def _is_role_default(value: Any) -> bool:
     )
 
 
-def _definition(hostvars: Mapping[str, Any], override: str, host: str) -> tuple[str | None, Any]:
+def _definition(
+    hostvars: Mapping[str, Any], override: str, host: str, render: Any = None
+) -> tuple[str | None, Any]:
     value = hostvars.get(override)
     if value is not None and not _is_role_default(value):
-        return override, _render(value, hostvars, override, host)
+        return override, _render(value, hostvars, override, host, render)
     value = hostvars.get("fabricops_roce")
     if value is None:
         return None, None
-    return "fabricops_roce", _render(value, hostvars, "fabricops_roce", host)
+    return "fabricops_roce", _render(value, hostvars, "fabricops_roce", host, render)
 
 
-def effective_definition(hostvars: Mapping[str, Any], host: str | None = None) -> tuple[str | None, Any]:
+def effective_definition(
+    hostvars: Mapping[str, Any], host: str | None = None, render: Any = None, kind: str | None = None
+) -> tuple[str | None, Any]:
     """(the variable, the definition as written) that the role of ``host`` applies, not validated:
     ``roce_switch_roce`` / ``roce_host_roce`` when the inventory sets it, else ``fabricops_roce``;
-    (None, None) when neither is set. Verify reports a definition that does not validate as one
-    check result (:func:`validated`) instead of failing the whole host."""
+    (None, None) when neither is set. ``kind`` ("host" / "switch"): which role, when the variables
+    do not say (an action plugin given ``os:``); ``render``: the caller's templar. Verify reports a
+    definition that does not validate as one check result (:func:`validated`) instead of failing
+    the whole host."""
     from fabricops.switch.access import switch_os
 
     name = str(host or hostvars.get("inventory_hostname") or "host")
-    override = SWITCH_OVERRIDE if switch_os(hostvars) is not None else HOST_OVERRIDE
-    return _definition(hostvars, override, name)
+    if kind is None:
+        kind = "switch" if switch_os(hostvars) is not None else "host"
+    override = SWITCH_OVERRIDE if kind == "switch" else HOST_OVERRIDE
+    return _definition(hostvars, override, name, render)
 
 
 def validated(data: Any, source: str | None = "fabricops_roce", host: str = "host") -> RoceConfig:
