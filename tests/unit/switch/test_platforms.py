@@ -129,3 +129,48 @@ def test_nvue_read_sends_no_enable(nvue_rack):
     conn = _NoEnable(nvue_rack.connect())
     transport.get_roce_data(conn, "cumulus", ["swp1"])
     assert conn.sent[0].startswith("nv show") and "enable" not in conn.sent
+
+
+@pytest.mark.parametrize("os_name", ["onyx", "cumulus"])
+def test_user_shape_of_an_empty_switch_says_nothing_is_configured(os_name):
+    shape = platform(os_name).user_shape({})
+    assert shape["roce"] == {} and shape["ports"] == [] and shape["pfc_watchdog"] is False
+    assert "notes" not in shape
+
+
+@pytest.mark.parametrize("os_name", ["onyx", "cumulus"])
+def test_user_shape_is_the_inverse_of_want_facts(os_name):
+    ports = ["Eth1/1", "Eth1/3"] if os_name == "onyx" else ["swp1", "swp3"]
+    roce = {"lossless_priority": 5, "dscp": 40, "cnp_priority": 1, "cnp_dscp": 8,
+            "ecn": {"min_kb": 300, "max_kb": 900, "probability": 40}}
+    spec = switch_spec(os_name, roce, ports, ets_lossless_percent=70, pfc_watchdog=False)
+    facts = want_facts(spec)
+    shape = platform(os_name).user_shape(facts)
+    assert shape["roce"]["lossless_priority"] == 5 and shape["roce"]["cnp_priority"] == 1
+    assert shape["ets_lossless_percent"] == 70 and shape["pfc_watchdog"] is False
+    if os_name == "onyx":
+        assert shape["ports"] == ports
+        ecn = {**shape["roce"]["ecn"], "probability": 40}  # Onyx holds no DSCP nor probability
+        back = {**shape["roce"], "dscp": 40, "cnp_dscp": 8, "ecn": ecn}
+    else:
+        assert shape["ports"] == []  # NVUE's profiles are global; only the watchdog is per port
+        assert shape["roce"]["dscp"] == 40 and shape["roce"]["cnp_dscp"] == 8
+        back, ports = shape["roce"], []
+    again = switch_spec(os_name, back, ports, ets_lossless_percent=shape["ets_lossless_percent"],
+                        pfc_watchdog=shape["pfc_watchdog"], buffer_pool=shape.get("buffer_pool", "default"))
+    assert want_facts(again) == facts
+
+
+def test_user_shape_names_what_one_definition_cannot_say():
+    facts = want_facts(switch_spec("cumulus", {}, ["swp1"]))
+    facts[("pfc_priority", 4)] = True
+    shape = platform("cumulus").user_shape(facts)
+    assert "lossless_priority" not in shape["roce"]
+    assert shape["notes"] == ["PFC is on for priorities [3, 4]; fabricops_roce has one lossless priority"]
+    facts = want_facts(switch_spec("onyx", {}, ["Eth1/1", "Eth1/2"]))
+    del facts[("port_ecn", "Eth1/2", 3)]
+    shape = platform("onyx").user_shape(facts)
+    assert "ecn" not in shape["roce"]
+    assert shape["notes"] == [
+        "the ports differ in ECN on traffic class 3 (Eth1/1: (150, 1500), Eth1/2: none)"
+    ]
