@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EngineConnection
 
 from fabricops.roce.platforms import OS_NAMES, platform, switch_platform
 from fabricops.switch import knobs, transport
@@ -84,14 +83,18 @@ def test_port_ranges_render_through_the_platform():
     assert "nv set interface swp1-2,swp4,swp5s1 qos pfc-watchdog" in lines
 
 
-class _StrictOnyx(EngineConnection):
-    """An Onyx session that refuses every show in standard (``>``) mode, as the Onyx manual's
-    restricted standard mode does."""
+def _strict(rack, log):
+    """An Onyx session (conftest's engine connection) that refuses every show in standard (``>``)
+    mode, as the Onyx manual's restricted standard mode does."""
+    base = type(rack.connect())
 
-    def send_command(self, command, **kw):
-        if command.startswith("show ") and self.session.mode == "user":
-            return "% Unrecognized command \"show\".\n"
-        return super().send_command(command, **kw)
+    class StrictOnyx(base):
+        def send_command(self, command, **kw):
+            if command.startswith("show ") and self.session.mode == "user":
+                return "% Unrecognized command \"show\".\n"
+            return super().send_command(command, **kw)
+
+    return StrictOnyx(rack.switch, "onyx", log)
 
 
 class _NoEnable:
@@ -110,7 +113,7 @@ def test_onyx_read_enters_enable_mode_before_any_show(onyx_rack):
 
     run(switch=onyx_rack.switch.name, os_name="onyx", state="merged", roce={}, ports=["Eth1/1"],
         connector=onyx_rack.connect)
-    conn = _StrictOnyx(onyx_rack.switch, "onyx", onyx_rack.log)
+    conn = _strict(onyx_rack, onyx_rack.log)
     assert conn.session.mode == "user"
     data = transport.get_roce_data(conn, "onyx", ["Eth1/1"])
     assert conn.session.mode == "enable"
@@ -120,7 +123,7 @@ def test_onyx_read_enters_enable_mode_before_any_show(onyx_rack):
     onyx_rack.log.clear()
     transport.get_roce_data(conn, "onyx", ["Eth1/1"])
     assert onyx_rack.log[0] == "show running-config"
-    bare = _NoEnable(_StrictOnyx(onyx_rack.switch, "onyx", []))
+    bare = _NoEnable(_strict(onyx_rack, []))
     transport.get_roce_data(bare, "onyx", ["Eth1/1"])
     assert bare.sent[0] == "enable" and all(re.match("show ", c) for c in bare.sent[1:])
 
