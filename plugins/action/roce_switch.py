@@ -21,6 +21,7 @@ from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import mi
 
 try:
     from fabricops.errors import FabricopsError
+    from fabricops.roce import desired
     from fabricops.switch import access as switch_access
     from fabricops.switch import transport
     from fabricops.switch.model import normalize_confirm_timeout, normalize_os
@@ -159,12 +160,24 @@ class ActionModule(ActionBase):
                 result.update(failed=True, changed=False, msg=str(exc))
             return result
 
+        roce = args["roce"]
+        if roce is None:
+            # no roce option: the definition the host's variables give this switch (roce_switch_roce
+            # over fabricops_roce, fabricops.roce.desired), the one verify checks it against
+            try:
+                _source, roce = desired.effective_definition(
+                    task_vars, switch, render=self._templar.template, kind="switch"
+                )
+            except FabricopsError as exc:
+                result.update(failed=True, changed=False, msg=str(exc))
+                return result
+
         try:
             out = run_resource(
                 switch=switch,
                 os_name=os_name,
                 state=args["state"],
-                roce=args["roce"] or {},
+                roce=roce,
                 ports=args["ports"] or [],
                 cabling=args["cabling"] or [],
                 pfc_watchdog=bool(args["pfc_watchdog"]),

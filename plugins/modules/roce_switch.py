@@ -239,7 +239,10 @@ ports:
   type: list
   elements: str
 gathered:
-  description: The RoCE knobs read from the switch.
+  description:
+    - The switch's RoCE configuration in the shape users write, C(roce) (the C(fabricops_roce) fields
+      it holds), C(ports), C(pfc_watchdog), C(ets_lossless_percent), C(buffer_pool) (NVUE), C(notes)
+      where the ports differ, and the per-knob facts under C(knobs) (docs/switches.md).
   returned: state is gathered
   type: dict
 rendered:

@@ -100,6 +100,10 @@ class DiagnoseError(FabricopsError):
     exit_status = 5
 
 
+class ContextError(DiagnoseError):
+    """The inventory's RoCE definition does not validate (one sentence naming the variable)."""
+
+
 @dataclass
 class Finding:
     host: str
@@ -678,10 +682,14 @@ def _file_lookup(value: Any) -> Any:
 def switch_states(
     fabric: Any, cabling: Sequence[Mapping[str, Any]], hosts: Sequence[str], lossless: int | None
 ) -> tuple[dict[str, dict], list[str]]:
-    """Normalised PFC/ECN state of the Ethernet switches cabled to ``hosts``; notes for those unread."""
+    """Normalised PFC/ECN state of the Ethernet switches cabled to ``hosts``; notes for those unread.
+
+    A switch is reached as the roce_switch role reaches it: ``fabricops.switch.access.switch_connection``
+    over its inventory variables (Vault, inline vault, $FABRICOPS_SWITCH_PASSWORD, keys, agent,
+    ``roce_switch_known_hosts``, ``ansible_network_os``), the same errors as verify's."""
+    from fabricops.roce.platforms import switch_platform
     from fabricops.switch import resource, transport
-    from fabricops.switch.model import normalize_os
-    from fabricops.verify.switchstate import inventory_access
+    from fabricops.switch.access import switch_connection, switch_os
 
     states: dict[str, dict] = {}
     notes: list[str] = []
@@ -696,19 +704,19 @@ def switch_states(
             continue
         if hv.get("fabricops_switch_reachable") is False:
             continue
-        try:
-            os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
-        except FabricopsError:
+        os_name = switch_os(hv)
+        if os_name is None:
             continue  # not an Ethernet switch fabricops reads (an InfiniBand switch, a host)
+        plat = switch_platform(os_name)
         try:
-            # the roce_switch role's own access (Vault, inline vault, env, keys, known_hosts)
-            conn = transport.connect(inventory_access(hv, name, os_name))
+            read_ports = plat.read_ports(plat.normalize_ports(ports))
+            conn = transport.connect(switch_connection(hv, switch=name, os_name=os_name, inventory=True))
             try:
-                data = transport.get_roce_data(conn, os_name, ports if os_name == "onyx" else ())
+                data = transport.get_roce_data(conn, os_name, read_ports)
             finally:
                 conn.disconnect()
-            _facts, oper = resource.gather(os_name, data, ports if os_name == "onyx" else ())
-            states[name] = _normalise_switch(os_name, oper, ports, lossless)
+            _facts, oper = resource.gather(os_name, data, read_ports)
+            states[name] = plat.oper_state(oper, ports, lossless)
         except Exception as exc:  # a switch we cannot read is a note, not a crash
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             notes.append(f"switch {name}: state not read ({first})")
@@ -718,31 +726,10 @@ def switch_states(
 def _normalise_switch(
     os_name: str, oper: Mapping[str, Any], ports: Sequence[str], lossless: int | None
 ) -> dict[str, Any]:
-    if os_name == "onyx":
-        prios = (
-            list(oper.get("pfc", {}).get("priorities") or []) if oper.get("pfc", {}).get("enabled") else []
-        )
-        out: dict[str, Any] = {"pfc_priorities": prios, "ports": {}}
-        for p in ports:
-            po = oper.get("ports", {}).get(p, {})
-            tc_ecn = po.get("ecn")
-            out["ports"][p] = {
-                "pfc_priorities": prios if po.get("pfc", True) else [],
-                "ecn": (bool(tc_ecn.get(str(lossless))) if lossless is not None else bool(tc_ecn))
-                if tc_ecn is not None
-                else None,
-            }
-        return out
-    prio = oper.get("pfc_priority")
-    prios = [
-        int(x) for x in (prio if isinstance(prio, list) else [prio]) if x is not None and str(x).isdigit()
-    ]
-    ecn_tcs = [int(x) for x in oper.get("ecn_traffic_classes") or [] if str(x).isdigit()]
-    return {
-        "pfc_priorities": prios if oper.get("mode") == "lossless" or prios else [],
-        "ecn": (lossless in ecn_tcs) if lossless is not None else bool(ecn_tcs),
-        "ports": {},
-    }
+    """The operational view as diagnose compares it (the platform's ``oper_state``)."""
+    from fabricops.roce.platforms import switch_platform
+
+    return switch_platform(os_name).oper_state(oper, ports, lossless)
 
 
 def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = None) -> Context:
@@ -761,9 +748,14 @@ def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = Non
             ctx.flaps_fail_at, ctx.flaps_source = int(t.value), t.source
         except Exception:
             pass
-    roce = hostvars.get("fabricops_roce") or {}
-    if isinstance(roce, Mapping) and roce.get("lossless_priority") is not None:
-        ctx.lossless_priority = int(roce["lossless_priority"])
+    # the lossless priority the roce_host role applied: roce_host_roce over fabricops_roce,
+    # validated with its defaults ({dscp: 26} -> 3); a definition that does not validate is an error
+    from fabricops.roce.desired import DesiredStateError, lossless_priority
+
+    try:
+        ctx.lossless_priority = lossless_priority(hostvars)
+    except DesiredStateError as exc:
+        raise ContextError(f"malformed context ({exc.detail})") from None
     cabling = hostvars.get("fabricops_cabling") or []
     ctx.cabling = [dict(c) for c in cabling if isinstance(c, Mapping)]
     return ctx

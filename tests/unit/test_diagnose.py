@@ -279,3 +279,52 @@ def test_cli_bad_input(tmp_path, capsys):
 @pytest.mark.parametrize("text", ["", "garbage:line\n"])
 def test_unreadable_sysfs_gives_no_port_finding(text):
     assert d.analyse({"h": evidence(sysfs=ok(text))}, CTX) == []
+
+
+# --- the lossless priority is the validated, effective definition (fabricops.roce.desired) -----
+
+
+@pytest.mark.parametrize(
+    ("hostvars", "want"),
+    [
+        ({"fabricops_roce": {"dscp": 26}}, 3),  # the model's default priority, not None
+        ({"fabricops_roce": {}}, 3),
+        ({"fabricops_roce": {"lossless_priority": "5", "dscp": 40}}, 5),
+        ({"fabricops_roce": {"dscp": 26}, "roce_host_roce": {"lossless_priority": 4, "dscp": 34}}, 4),
+        ({"roce_host_roce": {"lossless_priority": 2, "dscp": 18}}, 2),
+        ({"fabricops_roce": {"lossless_priority": 4, "dscp": 34},
+          "roce_host_roce": "{{ fabricops_roce | default({}) }}"}, 4),  # the role default: no override
+        ({}, None),  # no RoCE planned
+        ({"fabricops_roce": None}, None),
+    ],
+)
+def test_context_lossless_priority_is_the_effective_definition(hostvars, want):
+    assert d.context_from_hostvars(hostvars).lossless_priority == want
+
+
+@pytest.mark.parametrize(
+    ("hostvars", "sentence"),
+    [
+        ({"fabricops_roce": {"lossless_priority": 9}}, "fabricops_roce.lossless_priority is 9"),
+        ({"fabricops_roce": {"dscp": 26, "tos": 106}}, "fabricops_roce has unknown key(s) tos"),
+        ({"fabricops_roce": {}, "roce_host_roce": {"cnp_priority": 3}},
+         "roce_host_roce does not validate: roce_host_roce.cnp_priority (3) equals lossless_priority"),
+        ({"fabricops_roce": "lossless"}, "fabricops_roce must be a mapping"),
+    ],
+)
+def test_context_refuses_a_bad_definition_in_one_sentence(hostvars, sentence):
+    with pytest.raises(d.DiagnoseError) as err:
+        d.context_from_hostvars(hostvars)
+    assert sentence in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_status == EXIT_BADINPUT
+
+
+def test_cli_context_with_a_bad_definition_is_invalid_input(tmp_path, capsys):
+    (tmp_path / "context.json").write_text(
+        json.dumps({"fabricops_hardware_profile": "hgx-h100-ndr", "fabricops_roce": {"lossless_priority": 3},
+                    "roce_host_roce": {"lossless_priority": 8}})
+    )
+    (tmp_path / "h.json").write_text(json.dumps(evidence()))
+    assert main(["diagnose", "--from-evidence", str(tmp_path)]) == EXIT_BADINPUT
+    err = capsys.readouterr().err
+    assert "roce_host_roce.lossless_priority is 8" in err and "Traceback" not in err

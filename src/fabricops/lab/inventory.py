@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from fabricops.lab import paths
+from fabricops.roce.desired import desired_state
 
 HEADER = (
     "# Written by `fabricops lab up` for the emulated rack; `fabricops lab down` removes it.\n"
@@ -128,7 +129,9 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
                     )
     if roce_netdevs:
         # RoCE lossless only where the rack has RoCE ports: an InfiniBand-only rack plans none.
-        data["fabricops_roce"] = dict(ROCE)
+        # through the one desired-state function the roles, verify and diagnose use: the lab writes
+        # only a definition that validates (a DesiredStateError names the field otherwise)
+        data["fabricops_roce"] = dict(desired_state({"fabricops_roce": dict(ROCE)}, "lab").data)
         data["fabricops_roce_addresses"] = roce_netdevs
     data.update(host_plan_vars(topo))
     data.update(subnet_manager_vars(topo))

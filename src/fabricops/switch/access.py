@@ -1,8 +1,8 @@
 """One way to reach a switch: its host variables in, netmiko connection parameters out.
 
 The roce_switch action, ``fabricops verify`` (read-only port check) and ``fabricops diagnose``
-(switch state) all call :func:`switch_connection`, so they resolve the same variables the same way
-and fail with the same sentence.
+(switch state) all call :func:`switch_connection` (verify and diagnose with ``inventory=True``),
+so they resolve the same variables the same way and fail with the same sentence.
 
 Where the values come from
 --------------------------
@@ -61,6 +61,7 @@ __all__ = [
     "known_hosts_from_ssh_args",
     "ssh_options",
     "switch_connection",
+    "switch_os",
 ]
 
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"
@@ -408,11 +409,18 @@ def switch_connection(
     timeout: float = 30,
     render: Render | None = None,
     env: Mapping[str, str] | None = None,
+    inventory: bool = False,
 ) -> SwitchAccess:
     """How to reach one switch, from its resolved host variables (see the module doc).
 
+    ``inventory=True``: ``hostvars`` as ``ansible-inventory --list`` prints them (verify, diagnose):
+    inline vault decrypted, ``!unsafe`` kept literal (:func:`from_inventory_json`). Without it, the
+    variables as a play holds them (the action plugin, with its own templar as ``render``).
+
     Raises :class:`SwitchAccessError`: one sentence naming the switch and the variable to fix."""
     env = os.environ if env is None else env
+    if inventory:
+        hostvars = from_inventory_json(hostvars)
     switch = str(switch or hostvars.get("inventory_hostname") or "switch")
     v = _Vars(switch, hostvars, render or ansible_render(hostvars))
 
@@ -541,6 +549,20 @@ def switch_connection(
         passphrase=str(passphrase) if key_file and passphrase else None,
         sources=sources,
     )
+
+
+def switch_os(hostvars: Mapping[str, Any]) -> str | None:
+    """The switch OS the variables name (``fabricops_switch_os``, else ``ansible_network_os``, any
+    spelling of ``fabricops.roce.platforms.OS_NAMES``); None when neither names one fabricops drives
+    (an InfiniBand switch, a host). The same resolution as :func:`switch_connection`."""
+    for name in OS_VARS:
+        value = hostvars.get(name)
+        if value not in (None, ""):
+            try:
+                return normalize_os(value if isinstance(value, str) else str(value))
+            except SwitchError:
+                return None
+    return None
 
 
 def _load_key(switch: str, var: str, path: str, passphrase: str | None) -> Any:

@@ -1,4 +1,7 @@
-"""One table per switch OS: each knob both parses the device's configuration and renders commands.
+"""The knob machinery: each knob both parses the device's configuration and renders commands.
+
+The tables themselves (``ONYX_KNOBS``, ``NVUE_KNOBS``) are part of their platform
+(``fabricops.roce.platforms.onyx`` / ``.nvue``) and are re-exported here.
 
 The house style is cisco.ios ``rm_templates``: a knob is declared once, and the same declaration is
 used to read it from the device and to write it back, so the parser and the renderer cannot drift.
@@ -18,15 +21,13 @@ knobs), value = the remaining fields (one value, a tuple, or True for a presence
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fabricops.errors import FabricopsError
 
 __all__ = [
-    "NVUE_KNOBS",
-    "ONYX_KNOBS",
     "Facts",
     "Key",
     "NvueKnob",
@@ -34,10 +35,6 @@ __all__ = [
     "UnsafeLine",
     "bytes_value",
     "check_line",
-    "nvue_facts",
-    "nvue_knob",
-    "onyx_facts",
-    "onyx_knob",
 ]
 
 Key = tuple[Any, ...]
@@ -143,94 +140,6 @@ class OnyxKnob:
         return _checked(self.remove.format(**self._values(key, value)), key)
 
 
-#: Onyx RoCE knobs, in the order commands are sent (global before per-port).
-ONYX_KNOBS: tuple[OnyxKnob, ...] = (
-    OnyxKnob(
-        "pfc",
-        "dcb priority-flow-control enable force",
-        remove="no dcb priority-flow-control enable",
-        accept=r"dcb priority-flow-control enable(?: force)?",
-    ),
-    OnyxKnob(
-        "pfc_priority",
-        "dcb priority-flow-control priority {priority} enable",
-        keys=("priority",),
-        remove="no dcb priority-flow-control priority {priority} enable",
-        field_re={"priority": r"[0-7]"},
-    ),
-    OnyxKnob(
-        "pfc_watchdog",
-        "dcb priority-flow-control watchdog enable",
-        remove="no dcb priority-flow-control watchdog enable",
-    ),
-    OnyxKnob(
-        "roce",
-        "roce {mode}",
-        remove="no roce",
-        field_re={"mode": r"lossless|lossy|semi-lossless"},
-    ),
-    OnyxKnob(
-        "port_pfc",
-        "dcb priority-flow-control mode on force",
-        per_port=True,
-        remove="no dcb priority-flow-control mode",
-        accept=r"dcb priority-flow-control mode on(?: force)?",
-    ),
-    OnyxKnob(
-        "port_trust",
-        "qos trust {trust}",
-        per_port=True,
-        remove="no qos trust",
-        field_re={"trust": r"L2|L3|both|port"},
-    ),
-    OnyxKnob(
-        "port_ecn",
-        "traffic-class {tc} congestion-control ecn minimum-absolute {min_kb} maximum-absolute {max_kb}",
-        keys=("tc",),
-        per_port=True,
-        remove="no traffic-class {tc} congestion-control",
-        field_re={"tc": r"[0-7]", "min_kb": r"\d+", "max_kb": r"\d+"},
-    ),
-    # `no traffic-class <tc> dcb ets` takes the class back to the default scheduling (Onyx user manual,
-    # QoS commands: `[no] traffic-class <tc> dcb ets {strict | wrr <weight>}`; the lab's engine has the
-    # same no form). Without it a restore could not remove an ETS line the change added.
-    OnyxKnob(
-        "port_ets",
-        "traffic-class {tc} dcb ets {ets}",
-        keys=("tc",),
-        per_port=True,
-        remove="no traffic-class {tc} dcb ets",
-        field_re={"tc": r"[0-7]", "ets": r"strict|wrr \d+"},
-    ),
-    OnyxKnob("port_pfc_wd", "pfc-wd", per_port=True, remove="no pfc-wd"),
-)
-_ONYX_BY_NAME = {k.name: k for k in ONYX_KNOBS}
-
-
-def onyx_knob(name: str) -> OnyxKnob:
-    return _ONYX_BY_NAME[name]
-
-
-def onyx_facts(global_lines: Iterable[str], interfaces: Mapping[str, Iterable[str]]) -> Facts:
-    """Facts from running-config lines (``RunningConfigRecord.global_lines`` / ``.interfaces``).
-
-    Lines that no knob reads are ignored (hostname, VLANs, ...): they are not RoCE configuration.
-    A later line wins over an earlier one, as on the switch.
-    """
-    facts: Facts = {}
-    for line in global_lines:
-        for knob in ONYX_KNOBS:
-            if not knob.per_port and (hit := knob.parse(line)):
-                facts[hit[0]] = hit[1]
-                break
-    for port, lines in interfaces.items():
-        for line in lines:
-            for knob in ONYX_KNOBS:
-                if knob.per_port and (hit := knob.parse(line, port)):
-                    facts[hit[0]] = hit[1]
-                    break
-    return facts
-
 
 # --------------------------------------------------------------------------- NVUE
 
@@ -320,52 +229,24 @@ def _natural(name: Any) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
 
 
-def _int(v: Any) -> int:
-    return int(str(v).strip().rstrip("%"))
+# --------------------------------------------------------------------------- the tables
+
+#: the knob tables and their readers live with their platform (``fabricops.roce.platforms.onyx`` /
+#: ``.nvue``); these names stay importable from here (tests, the lab, older callers)
+_MOVED = {
+    "ONYX_KNOBS": "onyx",
+    "onyx_knob": "onyx",
+    "onyx_facts": "onyx",
+    "NVUE_KNOBS": "nvue",
+    "nvue_knob": "nvue",
+    "nvue_facts": "nvue",
+}
 
 
-_CC = ("qos", "congestion-control", "default-global", "traffic-class", "{tc}")
-#: NVUE RoCE knobs (CL 5.x ``default-global`` profiles, which apply to every swp port).
-NVUE_KNOBS: tuple[NvueKnob, ...] = (
-    NvueKnob("roce_mode", ("qos", "roce", "mode"), unset=("qos", "roce")),
-    # PFC switch priorities are a set in NVUE's data model: `nv set ... switch-priority 4` adds 4,
-    # `nv unset ... switch-priority 3` removes only 3. One presence fact per member.
-    NvueKnob("pfc_priority", ("qos", "pfc", "default-global", "switch-priority", "{sp}"), leaf=False),
-    NvueKnob("trust", ("qos", "mapping", "default-global", "trust")),
-    NvueKnob(
-        "dscp_map",
-        ("qos", "mapping", "default-global", "dscp", "{dscp}", "switch-priority"),
-        read=_int,
-    ),
-    NvueKnob(
-        "sp_tc",
-        ("qos", "egress-queue-mapping", "default-global", "switch-priority", "{sp}", "traffic-class"),
-        read=_int,
-    ),
-    NvueKnob("ecn_enable", (*_CC, "ecn")),
-    NvueKnob("ecn_min", (*_CC, "min-threshold"), read=bytes_value, write=_size_text),
-    NvueKnob("ecn_max", (*_CC, "max-threshold"), read=bytes_value, write=_size_text),
-    NvueKnob("ecn_probability", (*_CC, "probability"), read=_int),
-    NvueKnob("ets_mode", ("qos", "egress-scheduler", "default-global", "traffic-class", "{tc}", "mode")),
-    NvueKnob(
-        "ets_bw",
-        ("qos", "egress-scheduler", "default-global", "traffic-class", "{tc}", "bw-percent"),
-        read=_int,
-    ),
-    NvueKnob("port_pfc_wd", ("interface", "{port}", "qos", "pfc-watchdog"), leaf=False, per_port=True),
-)
-_NVUE_BY_NAME = {k.name: k for k in NVUE_KNOBS}
+def __getattr__(name: str) -> Any:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-
-def nvue_knob(name: str) -> NvueKnob:
-    return _NVUE_BY_NAME[name]
-
-
-def nvue_facts(qos_tree: Mapping[str, Any] | None, interface_tree: Mapping[str, Any] | None) -> Facts:
-    """Facts from the applied revision: ``nv show qos`` and ``nv show interface`` (``-o json``)."""
-    tree = {"qos": qos_tree or {}, "interface": interface_tree or {}}
-    facts: Facts = {}
-    for knob in NVUE_KNOBS:
-        for key, value in knob.walk(tree):
-            facts[key] = value
-    return facts
+    return getattr(importlib.import_module(f"fabricops.roce.platforms.{where}"), name)

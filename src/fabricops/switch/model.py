@@ -15,6 +15,7 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.model.roce import RoceConfig, validate
+from fabricops.roce.platforms import OS_NAMES as _OS_NAMES
 
 from .knobs import Facts
 
@@ -31,18 +32,8 @@ __all__ = [
     "want_facts",
 ]
 
-#: ansible_network_os / fabricops_switch_os spellings -> our OS name
-OS_NAMES = {
-    "onyx": "onyx",
-    "mellanox.onyx.onyx": "onyx",
-    "mellanox_mlnxos": "onyx",
-    "mlnxos": "onyx",
-    "cumulus": "cumulus",
-    "nvue": "cumulus",
-    "cumulus_linux": "cumulus",
-    "nvidia.nvue.nvue": "cumulus",
-}
-BUFFER_POOLS = {"onyx": (None,), "cumulus": (None, "lossless", "lossless-single-ipool")}
+#: ansible_network_os / fabricops_switch_os spellings -> our OS name (the platform registry's)
+OS_NAMES = _OS_NAMES
 
 
 class SwitchError(FabricopsError):
@@ -50,13 +41,10 @@ class SwitchError(FabricopsError):
 
 
 def normalize_os(name: str | None) -> str:
-    os_name = OS_NAMES.get(str(name or "").strip().lower())
-    if os_name is None:
-        raise SwitchError(
-            f"switch OS {name!r} is not supported; set fabricops_switch_os to onyx or cumulus "
-            "(or ansible_network_os to onyx / cumulus)."
-        )
-    return os_name
+    """Our switch OS name for any spelling (``fabricops.roce.platforms.OS_NAMES``); else one sentence."""
+    from fabricops.roce.platforms import switch_platform
+
+    return switch_platform(name).name
 
 
 #: NVUE ``nv config apply --confirm <time>``: seconds/minutes/hours, a bare number is minutes
@@ -92,22 +80,11 @@ def _natural(name: str) -> list[Any]:
 
 
 def normalize_ports(os_name: str, ports: Iterable[str]) -> list[str]:
-    """Onyx ``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted), Cumulus ``swpN`` (``swp1s0`` too)."""
-    out: set[str] = set()
-    for raw in ports:
-        if not isinstance(raw, str | int) or isinstance(raw, bool):
-            raise SwitchError(f"{raw!r} is not a switch port name.")
-        p = str(raw).strip(" ")
-        if os_name == "onyx":
-            m = re.fullmatch(r"(?i)(?:eth(?:ernet)? ?)?([0-9]{1,2}/[0-9]{1,3}(?:/[0-9]{1,2})?)", p, re.ASCII)
-            if not m:
-                raise SwitchError(f"{p!r} is not an Onyx Ethernet port (write Eth1/1).")
-            out.add("Eth" + m.group(1))
-        else:
-            if not re.fullmatch(r"swp[0-9]{1,3}(?:s[0-9]{1,2})?", p, re.ASCII):
-                raise SwitchError(f"{p!r} is not a Cumulus switch port (write swp1).")
-            out.add(p)
-    return sorted(out, key=_natural)
+    """Ports in the platform's own naming: Onyx ``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted),
+    Cumulus ``swpN`` (``swp1s0`` too); sorted, without duplicates."""
+    from fabricops.roce.platforms import switch_platform
+
+    return switch_platform(os_name).normalize_ports(ports)
 
 
 def ports_from_cabling(cabling: Sequence[Mapping[str, Any]] | None, switch: str) -> list[str]:
@@ -142,6 +119,13 @@ class SwitchSpec:
     def trust(self) -> str:
         return "L3" if self.roce.trust == "dscp" else "L2"
 
+    @property
+    def platform(self) -> Any:
+        """The platform of :attr:`os` (``fabricops.roce.platforms``)."""
+        from fabricops.roce.platforms import switch_platform
+
+        return switch_platform(self.os)
+
 
 def switch_spec(
     os_name: str,
@@ -153,6 +137,8 @@ def switch_spec(
     buffer_pool: str | None = "default",
 ) -> SwitchSpec:
     """Validate everything a switch needs; raises :class:`FabricopsError` with one sentence."""
+    from fabricops.roce.platforms import switch_platform
+
     os_name = normalize_os(os_name)
     cfg = roce if isinstance(roce, RoceConfig) else validate(roce)
     port_list = normalize_ports(os_name, ports)
@@ -162,23 +148,15 @@ def switch_spec(
         )
     if not 1 <= int(ets_lossless_percent) <= 99:
         raise SwitchError(f"roce_switch_ets_lossless_percent is {ets_lossless_percent}; use 1 to 99.")
+    plat = switch_platform(os_name)
     if buffer_pool == "default":
-        buffer_pool = "lossless" if os_name == "cumulus" else None
-    if buffer_pool not in BUFFER_POOLS[os_name]:
-        allowed = ", ".join(str(b) for b in BUFFER_POOLS[os_name])
+        buffer_pool = plat.default_buffer_pool
+    if buffer_pool not in plat.buffer_pools:
+        allowed = ", ".join(str(b) for b in plat.buffer_pools)
         raise SwitchError(
             f"roce_switch_buffer_pool {buffer_pool!r} is not available on {os_name} (allowed: {allowed})."
         )
-    if os_name == "onyx":
-        # Onyx with trust L3 maps DSCP d to switch priority d >> 3 (26 -> 3, 48 -> 6); fabricops
-        # does not render a custom DSCP map for Onyx, so a definition that needs one must fail here.
-        bad = {d: p for d, p in cfg.dscp2prio.items() if cfg.trust == "dscp" and d >> 3 != p}
-        if bad:
-            pairs = ", ".join(f"DSCP {d} -> {p}" for d, p in bad.items())
-            raise SwitchError(
-                f"fabricops_roce needs {pairs}, but Onyx trust L3 maps DSCP d to priority d/8 and fabricops "
-                "renders no custom DSCP map for Onyx; choose DSCP values d with d/8 = priority."
-            )
+    plat.check_definition(cfg)
     return SwitchSpec(
         os=os_name,
         roce=cfg,
@@ -190,48 +168,5 @@ def switch_spec(
 
 
 def want_facts(spec: SwitchSpec) -> Facts:
-    """The knob facts of ``spec`` for its OS (keys as in ``knobs.py``)."""
-    r = spec.roce
-    lp, cnp = r.lossless_priority, r.cnp_priority
-    w = spec.ets_lossless_percent
-    facts: Facts = {}
-    if spec.os == "onyx":
-        # Onyx maps switch priority N to traffic class N: the ECN and ETS classes are the priorities.
-        facts[("pfc",)] = True
-        facts[("pfc_priority", lp)] = True
-        if spec.pfc_watchdog:
-            facts[("pfc_watchdog",)] = True
-        for p in spec.ports:
-            facts[("port_pfc", p)] = True
-            facts[("port_trust", p)] = spec.trust
-            facts[("port_ecn", p, lp)] = (r.ecn.min_kb, r.ecn.max_kb)
-            facts[("port_ets", p, cnp)] = "strict"
-            facts[("port_ets", p, lp)] = f"wrr {w}"
-            if lp != 0 and cnp != 0:
-                facts[("port_ets", p, 0)] = f"wrr {100 - w}"
-            if spec.pfc_watchdog:
-                facts[("port_pfc_wd", p)] = True
-        return facts
-    if spec.buffer_pool:
-        facts[("roce_mode",)] = spec.buffer_pool
-    facts[("pfc_priority", lp)] = True
-    facts[("trust",)] = "l3" if r.trust == "dscp" else "l2"
-    if r.trust == "dscp":
-        for d, prio in r.dscp2prio.items():
-            facts[("dscp_map", d)] = prio
-    facts[("sp_tc", lp)] = lp
-    facts[("sp_tc", cnp)] = cnp
-    facts[("ecn_enable", lp)] = "enable"
-    facts[("ecn_min", lp)] = r.ecn.min_kb * 1000
-    facts[("ecn_max", lp)] = r.ecn.max_kb * 1000
-    facts[("ecn_probability", lp)] = r.ecn.probability
-    facts[("ets_mode", cnp)] = "strict"
-    facts[("ets_mode", lp)] = "dwrr"
-    facts[("ets_bw", lp)] = w
-    if lp != 0 and cnp != 0:
-        facts[("ets_mode", 0)] = "dwrr"
-        facts[("ets_bw", 0)] = 100 - w
-    if spec.pfc_watchdog:
-        for p in spec.ports:
-            facts[("port_pfc_wd", p)] = True
-    return facts
+    """The knob facts of ``spec`` for its OS (the platform's table; see ``fabricops.roce.platforms``)."""
+    return spec.platform.want_facts(spec)

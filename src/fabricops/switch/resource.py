@@ -14,27 +14,10 @@ States (cisco.ios resource-module semantics):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fabricops.errors import ParseError
-from fabricops.parsers import nvue as nvue_parser
-from fabricops.parsers import onyx as onyx_parser
-
-from .knobs import (
-    NVUE_KNOBS,
-    ONYX_KNOBS,
-    PORT_PLACEHOLDER,
-    Facts,
-    Key,
-    UnsafeLine,
-    check_line,
-    nvue_facts,
-    nvue_knob,
-    onyx_facts,
-    onyx_knob,
-)
+from .knobs import PORT_PLACEHOLDER, Facts, Key, UnsafeLine, check_line
 from .model import SwitchError
 
 __all__ = [
@@ -44,25 +27,26 @@ __all__ = [
     "config_lines",
     "facts_from_onyx_config",
     "gather",
+    "gathered",
+    "parse_config",
     "structured",
 ]
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered", "rendered", "parsed")
 
 
+def _platform(os_name: str) -> Any:
+    from fabricops.roce.platforms import switch_platform
+
+    return switch_platform(os_name)
+
+
 def _knob(os_name: str, key: Key) -> Any:
-    return onyx_knob(key[0]) if os_name == "onyx" else nvue_knob(key[0])
-
-
-def _order(os_name: str) -> dict[str, int]:
-    table = ONYX_KNOBS if os_name == "onyx" else NVUE_KNOBS
-    return {k.name: n for n, k in enumerate(table)}
+    return _platform(os_name).knob(key)
 
 
 def _sort_key(os_name: str, key: Key) -> tuple[Any, ...]:
-    from .model import _natural
-
-    return (_order(os_name)[key[0]], *[_natural(str(k)) for k in key[1:]])
+    return _platform(os_name).sort_key(key)
 
 
 def _is_port_knob(os_name: str, key: Key) -> bool:
@@ -100,43 +84,6 @@ def changes(
     return to_set, to_remove
 
 
-def _onyx_port_spec(ports: Sequence[str]) -> list[str]:
-    """['Eth1/1','Eth1/2','Eth1/4'] -> ['1/1-1/2', '1/4'] (Onyx interface ranges, same slot)."""
-    parsed: dict[str, list[int]] = {}
-    for p in ports:
-        slot, _, num = p[3:].rpartition("/")
-        parsed.setdefault(slot, []).append(int(num))
-    out = []
-    for slot, nums in parsed.items():
-        nums.sort()
-        start = prev = nums[0]
-        for n in [*nums[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            out.append(f"{slot}/{start}" if start == prev else f"{slot}/{start}-{slot}/{prev}")
-            if n is not None:
-                start = prev = n
-    return out
-
-
-def _nvue_port_spec(ports: Sequence[str]) -> list[str]:
-    """['swp1','swp2','swp4'] -> ['swp1-2', 'swp4'] (breakout ports stay single)."""
-    singles = [p for p in ports if "s" in p[3:]]
-    nums = sorted(int(p[3:]) for p in ports if p not in singles)
-    out: list[str] = []
-    if nums:
-        start = prev = nums[0]
-        for n in [*nums[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            out.append(f"swp{start}" if start == prev else f"swp{start}-{prev}")
-            if n is not None:
-                start = prev = n
-    return out + singles
-
-
 def _render(os_name: str, items: list[tuple[Key, Any]], remove: bool) -> list[str]:
     """Commands for facts; per-port commands with the same text are grouped into port ranges."""
     lines: list[str] = []
@@ -160,14 +107,13 @@ def _render(os_name: str, items: list[tuple[Key, Any]], remove: bool) -> list[st
             order.append(text)
             grouped[text] = []
         grouped[text].append(port)
+    plat = _platform(os_name)
     for text in order:
         ports = grouped[text]
         if not ports:
             lines.append(text)
-        elif os_name == "onyx":
-            lines += [f"interface ethernet {spec} {text}" for spec in _onyx_port_spec(ports)]
-        else:
-            lines.append(text.replace(PORT_PLACEHOLDER, ",".join(_nvue_port_spec(ports))))
+        else:  # Onyx: `interface ethernet 1/1-1/2 ...`; NVUE: `nv set interface swp1-2 ...`
+            lines += plat.group_port_lines(text, ports)
     try:
         return [check_line(line) for line in lines]
     except UnsafeLine as exc:
@@ -192,13 +138,11 @@ def apply_facts(state: str, want: Facts, have: Facts, os_name: str, ports: Itera
 
 def config_lines(os_name: str, facts: Facts) -> list[str]:
     """Facts as configuration lines (the text of ``diff`` before/after), one per fact, sorted."""
+    plat = _platform(os_name)
     out = []
-    for key, value in sorted(facts.items(), key=lambda kv: _sort_key(os_name, kv[0])):
-        knob = _knob(os_name, key)
-        text = knob.render(key, value)
-        if os_name == "onyx" and knob.per_port:
-            text = f"interface ethernet {key[1][3:]} {text}"
-        out.append(text)
+    for key, value in sorted(facts.items(), key=lambda kv: plat.sort_key(kv[0])):
+        knob = plat.knob(key)
+        out.append(plat.config_line(knob, key, knob.render(key, value)))
     return out
 
 
@@ -225,21 +169,13 @@ def structured(os_name: str, facts: Facts) -> dict[str, Any]:
 
 def facts_from_onyx_config(text: str) -> Facts:
     """Facts from ``show running-config`` text (the configured state)."""
-    rc = onyx_parser.parse_running_config(text)
-    return onyx_facts(rc.global_lines, rc.interfaces)
+    return _platform("onyx").parse_config(text)
 
 
-def _json_tree(text: str, what: str) -> dict[str, Any]:
-    body = "\n".join(ln for ln in text.replace("\r\n", "\n").splitlines() if not ln.startswith("Error:"))
-    if "Error: The requested item does not exist" in text or not body.strip():
-        return {}  # nothing configured under that path
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        raise ParseError(what, "JSON from -o json", f"got {text.strip()[:60]!r}") from None
-    if not isinstance(doc, dict):
-        raise ParseError(what, "a JSON object", f"got {type(doc).__name__}")
-    return doc
+def parse_config(os_name: str, text: str) -> Facts:
+    """Facts of the configuration text a user gives (``state: parsed``): Onyx ``show
+    running-config``, NVUE ``nv config show`` (YAML or JSON)."""
+    return _platform(os_name).parse_config(text)
 
 
 def gather(os_name: str, data: Mapping[str, str], ports: Sequence[str] = ()) -> tuple[Facts, dict[str, Any]]:
@@ -250,42 +186,14 @@ def gather(os_name: str, data: Mapping[str, str], ports: Sequence[str] = ()) -> 
     defaults, so they cannot tell what is configured from what is implied. The json-print / ``-o
     json`` shows are parsed into the operational view, which the apply flow verifies after a change.
     """
-    if os_name == "onyx":
-        facts = facts_from_onyx_config(data["running-config"])
-        oper: dict[str, Any] = {"ports": {}}
-        if data.get("pfc"):
-            pfc = onyx_parser.parse_pfc(data["pfc"])
-            oper["pfc"] = {"enabled": pfc.enabled, "priorities": pfc.priorities_enabled}
-            for name, iface in pfc.interfaces.items():
-                if not ports or name in ports:
-                    oper["ports"].setdefault(name, {})["pfc"] = iface.enabled
-        if data.get("qos"):
-            qos = onyx_parser.parse_qos_trust(data["qos"])
-            for name, iface in qos.interfaces.items():
-                if not ports or name in ports:
-                    oper["ports"].setdefault(name, {})["trust"] = iface.trust
-        for name in ports:
-            text = data.get(f"ecn:{name}")
-            if text:
-                ecn = onyx_parser.parse_ecn(text)
-                oper["ports"].setdefault(name, {})["ecn"] = {
-                    str(tc): [t.min_threshold, t.max_threshold]
-                    for tc, t in sorted(ecn.traffic_classes.items())
-                    if t.ecn
-                }
-        return facts, oper
-    qos = _json_tree(data.get("qos", ""), "nv show qos --rev=applied -o json")
-    ifaces = _json_tree(data.get("interface", ""), "nv show interface --rev=applied -o json")
-    facts = nvue_facts(qos, ifaces)
-    oper = {}
-    if data.get("roce"):
-        rec = nvue_parser.parse_qos_roce(data["roce"])
-        oper = {
-            "mode": rec.mode,
-            "pfc_priority": rec.pfc_priority,
-            "trust": rec.trust,
-            "ecn_traffic_classes": rec.ecn_traffic_classes,
-            "min_threshold_bytes": rec.min_threshold_bytes,
-            "max_threshold_bytes": rec.max_threshold_bytes,
-        }
-    return facts, oper
+    return _platform(os_name).gather(data, ports)
+
+
+def gathered(os_name: str, facts: Facts) -> dict[str, Any]:
+    """``state: gathered`` in the shape users write: ``roce`` (the ``fabricops_roce`` fields the
+    switch holds), ``ports``, ``pfc_watchdog``, ``ets_lossless_percent`` (and NVUE's
+    ``buffer_pool``), ``notes`` where the switch holds what one definition cannot say, and the raw
+    per-knob facts under ``knobs`` (the :func:`structured` document)."""
+    out = _platform(os_name).user_shape(facts)
+    out["knobs"] = structured(os_name, facts)
+    return out

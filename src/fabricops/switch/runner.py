@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fabricops.errors import FabricopsError
+from fabricops.roce.platforms import switch_platform
 
-from . import change, transport
-from .knobs import Facts, nvue_facts
+from . import transport
+from .change import ChangeFailed
+from .knobs import Facts
 from .lock import switch_lock
 from .model import (
     SwitchError,
@@ -25,7 +27,7 @@ from .model import (
     switch_spec,
     want_facts,
 )
-from .resource import STATES, apply_facts, compute, config_lines, facts_from_onyx_config, gather, structured
+from .resource import STATES, apply_facts, compute, config_lines, gather, gathered, parse_config, structured
 
 __all__ = ["run"]
 
@@ -41,33 +43,6 @@ def _diff(os_name: str, switch: str, before: Facts, after: Facts) -> dict[str, s
         "before_header": f"{switch} (RoCE configuration)",
         "after_header": f"{switch} (RoCE configuration)",
     }
-
-
-def _parsed_facts(os_name: str, running_config: str) -> Facts:
-    if os_name == "onyx":
-        return facts_from_onyx_config(running_config)
-    import json
-
-    import yaml
-
-    from fabricops import safeyaml
-
-    text = running_config.strip()
-    try:  # `nv config show` text from the user: no YAML aliases (an alias bomb), bounded nesting
-        doc: Any = json.loads(text) if text[:1] in "[{" else safeyaml.load(text)
-    except (ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise SwitchError(
-            f"running_config for cumulus is not the YAML/JSON of `nv config show`: {str(exc).splitlines()[0]}"
-        ) from None
-    if isinstance(doc, list):  # nv config show: [ {header: ...}, {set: {...}} ]
-        tree: dict[str, Any] = {}
-        for item in doc:
-            if isinstance(item, Mapping) and isinstance(item.get("set"), Mapping):
-                tree.update(item["set"])
-        doc = tree
-    if not isinstance(doc, Mapping):
-        raise SwitchError("running_config for cumulus must be the YAML/JSON of `nv config show`.")
-    return nvue_facts(doc.get("qos"), doc.get("interface"))
 
 
 def run(
@@ -107,7 +82,7 @@ def run(
             raise SwitchError(
                 f"{switch}: state parsed needs running_config (the device's configuration text)."
             )
-        facts = _parsed_facts(os_name, running_config)
+        facts = parse_config(os_name, running_config)
         return {"changed": False, "parsed": structured(os_name, facts), "commands": []}
     port_list = list(ports or []) or ports_from_cabling(cabling, switch)
     spec = None
@@ -185,7 +160,8 @@ def _session(
             "ports": port_list,
         }
         if state == "gathered":
-            result.update(gathered=structured(os_name, before), commands=[])
+            # the shape users write (roce, ports, options), the per-knob facts under `knobs`
+            result.update(gathered=gathered(os_name, before), commands=[])
             return result
         commands = compute(state, want, before, os_name, port_list)
         predicted = apply_facts(state, want, before, os_name, port_list)
@@ -197,38 +173,25 @@ def _session(
         if check_mode:
             result.update(changed=True, after=structured(os_name, predicted))
             return result
-        sent_first: list[str] = []
-        if os_name == "cumulus":
-            sent_first = transport.require_no_pending(conn, switch, data, discard_pending)
+        plat = switch_platform(os_name)
+        # NVUE: refuse (or detach, when allowed) a pending revision that is not ours; Onyx: nothing
+        sent_first = plat.before_apply(conn, switch, data, discard_pending)
         step = "apply"
         try:
-            if os_name == "onyx":
-                outcome = change.apply_onyx(
-                    conn,
-                    commands,
-                    switch=switch,
-                    reconnect=connector,
-                    before_config=data["running-config"],
-                    before_facts=before,
-                    want=want,
-                    state=state,
-                    ports=port_list,
-                    save=save,
-                )
-            else:
-                outcome = change.apply_nvue(
-                    conn,
-                    commands,
-                    switch=switch,
-                    reconnect=connector,
-                    before_facts=before,
-                    want=want,
-                    state=state,
-                    ports=port_list,
-                    save=save,
-                    confirm_timeout=confirm_timeout,
-                )
-        except change.ChangeFailed as exc:
+            outcome = plat.apply(
+                conn,
+                commands,
+                switch=switch,
+                reconnect=connector,
+                data=data,
+                before_facts=before,
+                want=want,
+                state=state,
+                ports=port_list,
+                save=save,
+                confirm_timeout=confirm_timeout,
+            )
+        except ChangeFailed as exc:
             exc.sent = sent_first + exc.sent
             raise
         after = outcome.after or predicted

@@ -141,31 +141,15 @@ def _connect_failure(access: SwitchAccess, exc: BaseException) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def _onyx_port_arg(port: str) -> str:
-    return port[3:]
-
-
 def get_roce_data(connection: Any, os_name: str, ports: Sequence[str] = ()) -> dict[str, str]:
-    """Raw CLI text of everything the RoCE resource reads (show commands only)."""
-    send = connection.send_command
-    if os_name == "onyx":
-        data = {
-            "running-config": send("show running-config"),
-            "pfc": send("show dcb priority-flow-control | json-print"),
-        }
-        if ports:
-            data["qos"] = send("show qos | json-print")
-        for p in ports:
-            data[f"ecn:{p}"] = send(
-                f"show interfaces ethernet {_onyx_port_arg(p)} congestion-control | json-print"
-            )
-        return data
-    return {
-        "qos": send("nv show qos --rev=applied -o json"),
-        "interface": send("nv show interface --rev=applied -o json"),
-        "roce": send("nv show qos roce -o json"),
-        "diff": send("nv config diff"),
-    }
+    """Raw CLI text of everything the RoCE resource reads (show commands only).
+
+    The show commands are the platform's (``fabricops.roce.platforms.onyx.OnyxPlatform.read``:
+    enable mode, ``show running-config``, the json-print shows; ``...nvue.NvuePlatform.read``: the
+    applied revision's ``nv show ... -o json``, ``nv show qos roce``, ``nv config diff``)."""
+    from fabricops.roce.platforms import switch_platform
+
+    return switch_platform(os_name).read(connection, ports)
 
 
 # --------------------------------------------------------------------------- applying

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.model.profiles import Profile, load_profile
+from fabricops.roce.desired import effective_definition
 
 #: Where the pinned MLNX_OFED version is looked up, first found wins: verification's own pin, then
 #: the mlnx_ofed role's choice (what every inventory, the lab's included, sets).
@@ -50,7 +51,10 @@ class HostExpect:
     ofed_version: str | None
     ofed_version_var: str | None
     ports: list[PortExpect]
+    #: the effective RoCE definition the roce_host role applied (``fabricops.roce.desired``:
+    #: ``roce_host_roce`` over ``fabricops_roce``), as written; None: none planned
     roce: Mapping[str, Any] | None = None
+    roce_source: str = "fabricops_roce"  #: the variable ``roce`` came from
     ipoib: dict[str, Any] | None = None
     nccl_profile: str | None = None
     nccl_conf_path: str = "/etc/nccl.conf"
@@ -201,6 +205,8 @@ def host_expect(
             )
         prof = load_profile(str(name))
     version, var = ofed_version(hostvars, ofed_override)
+    # what the roce_host role applied, overrides included (validated by the roce_qos check)
+    roce_source, roce = effective_definition(hostvars, host)
     ipoib = None
     if hostvars.get("ipoib_plan") or hostvars.get("ipoib_interfaces"):
         ipoib = {
@@ -228,7 +234,8 @@ def host_expect(
         ofed_version=version,
         ofed_version_var=var,
         ports=expected_ports(host, hostvars, switch_link_layers),
-        roce=hostvars.get("fabricops_roce"),
+        roce=roce,
+        roce_source=roce_source or "fabricops_roce",
         ipoib=ipoib,
         nccl_profile=hostvars.get("nccl_profile_name") or None,
         nccl_conf_path=hostvars.get("nccl_profile_conf_path") or "/etc/nccl.conf",

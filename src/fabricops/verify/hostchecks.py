@@ -78,11 +78,12 @@ def _roce_ports(expect: HostExpect) -> list[PortExpect]:
 
 def roce_port_states(expect: HostExpect) -> list[dict[str, Any]]:
     """Desired RoCE state per candidate port (``fabricops.hostqos.plan.port_state``)."""
-    from fabricops.hostqos.plan import port_state
-    from fabricops.model.roce import validate
+    from fabricops.roce.desired import validated
+    from fabricops.roce.platforms import platform
 
-    cfg = validate(expect.roce)
-    return [port_state(cfg, p.netdev, p.hca, p.port) for p in _roce_ports(expect)]
+    cfg = validated(expect.roce, expect.roce_source, expect.host)
+    host = platform("host")
+    return [host.port_state(cfg, p.netdev, p.hca, p.port) for p in _roce_ports(expect)]
 
 
 def _knobs(state: Mapping[str, Any]) -> list[Any]:
@@ -864,6 +865,12 @@ def _grep_files(text: str) -> dict[str, str]:
     return out
 
 
+def _definition_error(exc: BaseException, source: str, host: str) -> str:
+    """``SOURCE does not validate: ...`` (the caller names the host)."""
+    detail = getattr(exc, "detail", None)
+    return detail if detail else f"{source} does not validate: {exc}"
+
+
 def _roce(ctx: _Ctx, layers: Mapping[str, str]) -> None:
     from fabricops.hostqos import knobs as knobs_mod
     from fabricops.hostqos import mlnx_qos as qos_mod
@@ -882,8 +889,8 @@ def _roce(ctx: _Ctx, layers: Mapping[str, str]) -> None:
             "roce_qos",
             None,
             ERROR,
-            f"{ctx.host}: fabricops_roce does not validate: {exc}",
-            cause="fix fabricops_roce in the inventory (docs/roce.md)",
+            f"{ctx.host}: {_definition_error(exc, exp.roce_source, ctx.host)}",
+            cause=f"fix {exp.roce_source} in the inventory (docs/roce.md)",
         )
         return
     states = [s for s in states if layers.get(f"{s['device']}/{s['port']}", "Ethernet") == "Ethernet"]
@@ -994,9 +1001,9 @@ def _nccl(ctx: _Ctx, ibstat: Any) -> None:
             if "NCCL_IB_GID_INDEX" not in env:
                 problems.append("NCCL_IB_GID_INDEX is not set")
             try:
-                from fabricops.model.roce import validate
+                from fabricops.roce.desired import validated
 
-                tos = validate(exp.roce).tos if exp.roce is not None else None
+                tos = validated(exp.roce, exp.roce_source, exp.host).tos if exp.roce is not None else None
             except FabricopsError:
                 tos = None
             if tos is not None and env.get("NCCL_IB_TC") != str(tos):

@@ -16,43 +16,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fabricops.errors import FabricopsError
+from fabricops.roce.platforms import SWITCH_OS, switch_platform
+from fabricops.roce.platforms.nvue import nvue_pfc_priorities
+
+__all__ = ["PATH_KNOBS", "SwitchReader", "inventory_access", "nvue_pfc_priorities", "port_problems"]
 
 #: (switch, ports) -> {port: [problem sentences]} (empty list: the port is as declared)
 ReadFn = Callable[[str, Sequence[str]], Mapping[str, list[str]]]
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # read by fabricops.switch.access
 _LOADER_READY = False
 
-#: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not)
-PATH_KNOBS = {
-    "onyx": ("pfc", "pfc_priority", "port_pfc", "port_trust", "port_ecn"),
-    "cumulus": ("pfc_priority", "trust", "dscp_map", "sp_tc", "ecn_enable"),
-}
+#: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not);
+#: each platform's ``path_knobs`` (``fabricops.roce.platforms``)
+PATH_KNOBS = {name: switch_platform(name).path_knobs for name in SWITCH_OS}
 
 
 def _describe(os_name: str, key: tuple, want: Any, have: Any, lp: int) -> str:
-    knob = key[0]
-    src = "fabricops_roce.lossless_priority"
-    if knob == "pfc":
-        return f"PFC disabled on the switch (no `dcb priority-flow-control enable`), priority {lp} lossy"
-    if knob == "pfc_priority":
-        if os_name == "onyx":
-            return f"PFC off on priority {key[1]} switch-wide ({src})"
-        return f"PFC off on priority {key[1]} ({src}; qos pfc default-global is {have or 'unset'})"
-    if knob == "port_pfc":
-        return f"PFC off on priority {lp} ({src})"
-    if knob in ("port_trust", "trust"):
-        return f"trust {have or 'not set'}, want {want} (fabricops_roce.trust)"
-    if knob == "port_ecn":
-        if have is None:
-            return f"no ECN on traffic class {key[2]} (fabricops_roce.ecn)"
-        return f"ECN on traffic class {key[2]} at {have[0]}-{have[1]} KB, want {want[0]}-{want[1]} KB"
-    if knob == "ecn_enable":
-        return f"no ECN on traffic class {key[1]} (fabricops_roce.ecn)"
-    if knob == "dscp_map":
-        return f"DSCP {key[1]} maps to priority {have if have is not None else 'none'}, want {want}"
-    if knob == "sp_tc":
-        return f"switch priority {key[1]} goes to traffic class {have}, want {want}"
-    return f"{knob} {have}, want {want}"
+    return switch_platform(os_name).describe(key, want, have, lp)
 
 
 def port_problems(
@@ -70,30 +50,12 @@ def port_problems(
     lp = spec.roce.lossless_priority
     out = []
     for key, value in want.items():
-        if key[0] not in PATH_KNOBS[os_name]:
+        if key[0] not in spec.platform.path_knobs:
             continue
         got = have.get(key)
         if got != value:
             out.append(_describe(os_name, key, value, got, lp))
     return out
-
-
-def nvue_pfc_priorities(qos_json: str) -> set[int]:
-    """PFC switch priorities of ``nv show qos -o json`` in every shape NVUE prints them: a set of keys
-    (``{"3": {}}``), a list, or a plain value / comma list (``"3"``, ``"3,4"``; what the lab's NVUE
-    prints). ``fabricops.switch.knobs`` reads only the first shape."""
-    import json
-
-    try:
-        node = json.loads(qos_json or "{}")
-    except (ValueError, RecursionError):
-        return set()
-    for part in ("pfc", "default-global", "switch-priority"):
-        node = node.get(part) if isinstance(node, dict) else None
-    if node is None:
-        return set()
-    items = node if isinstance(node, list | dict) else str(node).split(",")
-    return {int(str(i).strip()) for i in items if str(i).strip().isdigit()}
 
 
 def _render(value: Any, variables: Mapping[str, Any]) -> Any:
@@ -121,16 +83,17 @@ def inventory_access(hostvars: Mapping[str, Any], switch: str, os_name: str | No
     """How to reach ``switch`` from its ``ansible-inventory --list`` variables: the roce_switch role's
     own :func:`fabricops.switch.access.switch_connection` (inline vault decrypted with Ansible's vault
     secrets, ``!unsafe`` never templated, every other template rendered by Ansible's Templar)."""
-    from fabricops.switch.access import from_inventory_json, switch_connection
+    from fabricops.switch.access import switch_connection
 
-    return switch_connection(from_inventory_json(hostvars), switch=switch, os_name=os_name)
+    return switch_connection(hostvars, switch=switch, os_name=os_name, inventory=True)
 
 
 class SwitchReader:
     """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
 
     ``hostvars(name)`` gives a switch's inventory variables (as ``ansible-inventory --list`` prints
-    them); the switch is reached as the roce_switch role reaches it (:func:`inventory_access`)."""
+    them); the switch is reached as the roce_switch role reaches it (:func:`inventory_access`) and
+    checked against the definition that role applied to it (``fabricops.roce.desired``)."""
 
     def __init__(
         self,
@@ -144,6 +107,7 @@ class SwitchReader:
 
     def __call__(self, switch: str, ports: Sequence[str]) -> dict[str, list[str]]:
         from fabricops.switch import transport
+        from fabricops.switch.access import switch_os
         from fabricops.switch.model import normalize_os, normalize_ports
         from fabricops.switch.resource import gather
 
@@ -152,7 +116,9 @@ class SwitchReader:
             raise FabricopsError(f"{switch} is not in the inventory")
         if hv.get("fabricops_switch_reachable") is False:
             raise FabricopsError(f"{switch} is marked unreachable (fabricops_switch_reachable: false)")
-        os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
+        os_name = switch_os(hv)
+        if os_name is None:  # the same sentence as the roce_switch role's
+            os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
         names = {p: normalize_ports(os_name, [p])[0] for p in ports}
         if self.connector is not None:
             conn = self.connector(switch, os_name, hv)
@@ -164,8 +130,15 @@ class SwitchReader:
             with contextlib.suppress(Exception):  # a dead session may fail to close
                 conn.disconnect()
         facts, _oper = gather(os_name, data, sorted(set(names.values())))
-        if os_name == "cumulus":
-            facts = dict(facts)
-            for sp in nvue_pfc_priorities(data.get("qos", "")):
-                facts.setdefault(("pfc_priority", sp), True)
-        return {p: port_problems(os_name, facts, self.roce, n) for p, n in names.items()}
+        # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
+        facts = switch_platform(os_name).port_facts(facts, data)
+        return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
+
+    def _roce(self, switch: str, hv: Mapping[str, Any]) -> Any:
+        """What the roce_switch role applied to this switch (``roce_switch_roce`` over
+        ``fabricops_roce``, ``fabricops.roce.desired``); the fabric-wide definition given when the
+        switch's variables hold none."""
+        from fabricops.roce.desired import desired_state
+
+        desired = desired_state(hv, switch)
+        return desired.roce if desired.roce is not None else self.roce

@@ -97,16 +97,61 @@ def test_check_mode_sends_only_show_commands(rack):
 def test_gathered_and_rendered(rack):
     _run(rack, state="merged")
     got = _run(rack, state="gathered")
-    assert got["commands"] == [] and got["gathered"] == got["before"]
+    # the raw per-knob facts are under `knobs` (the rest is the shape users write)
+    assert got["commands"] == [] and got["gathered"]["knobs"] == got["before"]
     if rack.os == "onyx":
-        assert got["gathered"]["global"]["pfc_priority"] == {"3": True}
-        assert got["gathered"]["ports"]["Eth1/2"]["port_trust"] == "L3"
+        assert got["gathered"]["knobs"]["global"]["pfc_priority"] == {"3": True}
+        assert got["gathered"]["knobs"]["ports"]["Eth1/2"]["port_trust"] == "L3"
         assert got["operational"]["ports"]["Eth1/2"]["ecn"] == {"3": [150, 1500]}
     else:
-        assert got["gathered"]["global"]["ecn_min"] == {"3": 150000}
+        assert got["gathered"]["knobs"]["global"]["ecn_min"] == {"3": 150000}
         assert got["operational"]["pfc_priority"] == 3
     rendered = run(switch="x", os_name=rack.os, state="rendered", roce=ROCE, ports=_ports(rack, 2))
     assert rendered["rendered"] == rendered["commands"] and rendered["commands"]
+
+
+def _written(got):
+    """gathered -> the roce_switch arguments a user writes (roce, ports, options)."""
+    g = got["gathered"]
+    kw = {k: g[k] for k in ("roce", "ports", "pfc_watchdog", "ets_lossless_percent") if k in g}
+    if "buffer_pool" in g:
+        kw["buffer_pool"] = g["buffer_pool"]
+    return kw
+
+
+@pytest.mark.parametrize("roce", [ROCE, ROCE4], ids=["prio3", "prio4"])
+def test_gathered_is_the_shape_users_write(rack, roce):
+    """gathered returns fabricops_roce fields, ports and switch options (no internal knob keys), and
+    merging what it returns sends nothing: it is the inverse of the desired facts."""
+    _run(rack, state="merged", roce=roce, ets_lossless_percent=60)
+    got = _run(rack, state="gathered")
+    g = got["gathered"]
+    assert "notes" not in g
+    assert g["ports"] == _ports(rack, 4)
+    assert g["pfc_watchdog"] is True and g["ets_lossless_percent"] == 60
+    want = {"lossless_priority": roce["lossless_priority"], "trust": "dscp", "cnp_priority": 6}
+    assert {k: g["roce"][k] for k in want} == want
+    assert g["roce"]["ecn"]["min_kb"] == roce.get("ecn", {}).get("min_kb", 150)
+    assert g["roce"]["ecn"]["max_kb"] == roce.get("ecn", {}).get("max_kb", 1500)
+    assert not any(k in g for k in ("port_ecn", "sp_tc", "global")) and "port_ecn" not in g["roce"]
+    if rack.os == "cumulus":
+        assert g["roce"]["dscp"] == roce["dscp"] and g["roce"]["cnp_dscp"] == 48
+        assert g["roce"]["ecn"]["probability"] == 100 and g["buffer_pool"] == "lossless"
+    kw = _written(got)
+    if rack.os == "onyx":  # Onyx holds no DSCP value (trust L3 maps DSCP d to priority d/8)
+        assert "dscp" not in g["roce"]
+        kw["roce"] = {**kw["roce"], "dscp": roce["dscp"]}
+    rack.log.clear()
+    again = _run(rack, state="merged", **kw)
+    assert again["commands"] == [] and rack.config_lines() == []
+
+
+def test_gathered_names_ports_that_differ(onyx_rack):
+    _run(onyx_rack, state="merged")
+    _run(onyx_rack, state="merged", ports=["Eth1/2"], ets_lossless_percent=70)
+    g = _run(onyx_rack, state="gathered")["gathered"]
+    assert "ets_lossless_percent" not in g
+    assert any("ETS of traffic class 3" in n and "Eth1/2: wrr 70" in n for n in g["notes"])
 
 
 def test_parsed_real_onyx_capture_and_nvue_config_show(nvue_rack):

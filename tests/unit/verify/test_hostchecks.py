@@ -213,6 +213,51 @@ def test_roce_qos_configured_passes(emu, hostvars, collect):
     assert res["enp170s0f1np1"].status == FAIL
 
 
+def _configure_roce(emu, nd="enp170s0f0np0"):
+    """What the roce_host role applies for the default definition (priority 3, DSCP 26)."""
+    for argv in (
+        ["mlnx_qos", "-i", nd, "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"],
+        ["mlnx_qos", "-i", nd, "--dscp2prio", "set,26,3"],
+        ["mlnx_qos", "-i", nd, "--dscp2prio", "set,48,6"],
+        ["cma_roce_tos", "-d", "mlx5_2", "-p", "1", "-t", "106"],
+        ["cma_roce_mode", "-d", "mlx5_2", "-p", "1", "-m", "2"],
+    ):
+        assert emu.run("gpu03", " ".join(argv))["rc"] == 0
+    for prio in range(8):
+        for point in ("np", "rp"):
+            (emu.root / f"sys/class/net/{nd}/ecn/roce_{point}/enable/{prio}").write_text("1\n")
+    (emu.root / "sys/class/infiniband/mlx5_2/tc/1/traffic_class").write_text("106\n")
+    (emu.root / f"sys/class/net/{nd}/ecn/roce_np/cnp_dscp").write_text("48\n")
+    (emu.root / f"sys/class/net/{nd}/ecn/roce_np/cnp_802p_prio").write_text("6\n")
+    return nd
+
+
+def test_roce_qos_checks_the_roce_host_roce_override(emu, hostvars, collect):
+    """What is verified is what the roce_host role applied: roce_host_roce over fabricops_roce."""
+    nd = _configure_roce(emu)  # the host holds priority 3 / DSCP 26
+    exp = _expect(dict(hostvars, roce_host_roce={"lossless_priority": 4, "dscp": 34}))
+    assert exp.roce == {"lossless_priority": 4, "dscp": 34} and exp.roce_source == "roce_host_roce"
+    r = {r.device: r for r in _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")}[nd]
+    assert r.status == FAIL and "pfc is 0,0,0,1,0,0,0,0, want 0,0,0,0,1,0,0,0" in r.message
+    assert "traffic_class is 106, want 138" in r.message
+    # the role's own default is no override: fabricops_roce is what it applied
+    exp = _expect(dict(hostvars, roce_host_roce="{{ fabricops_roce | default({}) }}"))
+    assert exp.roce_source == "fabricops_roce"
+    r = {r.device: r for r in _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")}[nd]
+    assert r.status == PASS, r.message
+    # an override that is a template of the fabric-wide one is rendered as Ansible would
+    template = "{{ fabricops_roce | combine({'dscp': 34, 'lossless_priority': 4}) }}"
+    exp = _expect(dict(hostvars, roce_host_roce=template))
+    assert exp.roce["lossless_priority"] == 4 and exp.roce["dscp"] == 34
+
+
+def test_roce_host_roce_override_that_does_not_validate_is_an_error(emu, hostvars, collect):
+    exp = _expect(dict(hostvars, roce_host_roce={"lossless_priority": 9}))
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "roce_qos")[0]
+    assert r.status == ERROR and "roce_host_roce does not validate" in r.message
+    assert "roce_host_roce.lossless_priority is 9" in r.message and r.cause.startswith("fix roce_host_roce")
+
+
 def test_roce_definition_that_does_not_validate_is_an_error(emu, hostvars, collect):
     hv = dict(hostvars, fabricops_roce={"dscp": 26, "tos": 106})  # "tos" is not a key of the definition
     exp = _expect(hv)

@@ -1,0 +1,163 @@
+"""What every switch platform does the same way over its own knob table.
+
+A platform (``onyx.py``, ``nvue.py``) holds everything that differs between switch operating
+systems: its knob table, port naming, the desired facts of a :class:`~fabricops.switch.model.SwitchSpec`,
+the show commands that read it, how per-port commands are grouped, the apply flow, the
+description of a missing knob and the inverse of the desired facts (``gathered`` in the shape users
+write). Code above the platforms (``fabricops.switch.resource``, ``runner``, verify, diagnose) asks
+:func:`fabricops.roce.platforms.platform` and never branches on the OS name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fabricops.switch.knobs import Facts, Key
+
+__all__ = ["SwitchPlatform", "natural", "same"]
+
+
+def natural(name: Any) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
+
+
+def same(notes: list[str], what: str, per_port: Mapping[str, Any]) -> Any:
+    """The one value every port holds (None when the ports differ: ``notes`` says how)."""
+    values = {p: v for p, v in per_port.items() if v is not None}
+    distinct = {repr(v) for v in values.values()}
+    if len(distinct) > 1 or (values and len(values) != len(per_port)):
+        shown = ", ".join(f"{p}: {v if v is not None else 'none'}" for p, v in per_port.items())
+        notes.append(f"the ports differ in {what} ({shown})")
+        return None
+    return next(iter(values.values()), None)
+
+
+class SwitchPlatform:
+    """The shared half of a switch platform; subclasses set the class attributes and OS hooks."""
+
+    #: our OS name (the value of ``SwitchSpec.os`` and ``SwitchAccess.os_name``)
+    name: str = ""
+    #: what the error messages call it
+    title: str = ""
+    #: the netmiko device type of the session
+    netmiko_device_type: str = ""
+    #: ``roce_switch_buffer_pool`` values this OS accepts (None: leave the buffers alone)
+    buffer_pools: tuple[str | None, ...] = (None,)
+    #: what ``roce_switch_buffer_pool: default`` means here
+    default_buffer_pool: str | None = None
+    #: knobs that decide whether the lossless class is lossless (verify's port check)
+    path_knobs: tuple[str, ...] = ()
+    #: the knob table, in send order (global before per-port)
+    knobs: tuple[Any, ...] = ()
+
+    # ------------------------------------------------------------------ the table
+
+    def knob(self, name_or_key: str | Key) -> Any:
+        name = name_or_key[0] if isinstance(name_or_key, tuple) else name_or_key
+        return self._by_name()[name]
+
+    def _by_name(self) -> dict[str, Any]:
+        cache = self.__dict__.get("_by_name_cache")
+        if cache is None:
+            cache = {k.name: k for k in self.knobs}
+            self.__dict__["_by_name_cache"] = cache
+        return cache
+
+    def order(self) -> dict[str, int]:
+        return {k.name: n for n, k in enumerate(self.knobs)}
+
+    def sort_key(self, key: Key) -> tuple[Any, ...]:
+        return (self.order()[key[0]], *[natural(str(k)) for k in key[1:]])
+
+    def is_port_knob(self, key: Key) -> bool:
+        return bool(self.knob(key).per_port)
+
+    # ------------------------------------------------------------------ ports
+
+    def normalize_port(self, port: str) -> str:  # pragma: no cover - every platform defines it
+        raise NotImplementedError
+
+    def normalize_ports(self, ports: Iterable[Any]) -> list[str]:
+        from fabricops.switch.model import SwitchError
+
+        out: set[str] = set()
+        for raw in ports:
+            if not isinstance(raw, str | int) or isinstance(raw, bool):
+                raise SwitchError(f"{raw!r} is not a switch port name.")
+            out.add(self.normalize_port(str(raw).strip(" ")))
+        return sorted(out, key=natural)
+
+    def port_ranges(self, ports: Sequence[str]) -> list[str]:  # pragma: no cover
+        raise NotImplementedError
+
+    def group_port_lines(self, text: str, ports: Sequence[str]) -> list[str]:
+        """One per-port command (rendered with :data:`PORT_PLACEHOLDER`) for ``ports``."""
+        raise NotImplementedError  # pragma: no cover
+
+    def config_line(self, knob: Any, key: Key, text: str) -> str:
+        """A rendered fact as a line of the ``diff`` text."""
+        return text
+
+    # ------------------------------------------------------------------ desired state
+
+    def check_definition(self, cfg: Any) -> None:
+        """Refuse a valid definition this OS cannot render (one sentence)."""
+
+    def want_facts(self, spec: Any) -> Facts:  # pragma: no cover
+        raise NotImplementedError
+
+    def user_shape(self, facts: Facts) -> dict[str, Any]:  # pragma: no cover
+        """The inverse of :meth:`want_facts`: what a user writes to get ``facts``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, connection: Any, ports: Sequence[str] = ()) -> dict[str, str]:  # pragma: no cover
+        raise NotImplementedError
+
+    def read_ports(self, ports: Sequence[str]) -> tuple[str, ...]:
+        """The ports whose per-port shows the read needs (diagnose's operational view)."""
+        return tuple(ports)
+
+    def gather(
+        self, data: Mapping[str, str], ports: Sequence[str] = ()
+    ) -> tuple[Facts, dict[str, Any]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def parse_config(self, text: str) -> Facts:  # pragma: no cover
+        """Facts of the configuration text a user gives (``state: parsed``)."""
+        raise NotImplementedError
+
+    def port_facts(self, facts: Facts, data: Mapping[str, str]) -> Facts:
+        """``facts`` completed from shapes of the raw texts the knob table does not read."""
+        return facts
+
+    def oper_state(
+        self, oper: Mapping[str, Any], ports: Sequence[str], lossless: int | None
+    ) -> dict[str, Any]:  # pragma: no cover
+        """The operational view normalised for diagnose (PFC priorities, ECN per port)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ applying
+
+    def before_apply(self, conn: Any, switch: str, data: Mapping[str, str], discard: bool) -> list[str]:
+        """Commands sent before the change (NVUE: a pending revision); [] when none."""
+        return []
+
+    def apply(self, conn: Any, commands: Sequence[str], **kw: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ describing
+
+    def describe(self, key: Key, want: Any, have: Any, lp: int) -> str:
+        """One sentence for a path knob the port lacks (verify's port check)."""
+        knob = key[0]
+        if knob in ("port_trust", "trust"):
+            return f"trust {have or 'not set'}, want {want} (fabricops_roce.trust)"
+        return f"{knob} {have}, want {want}"
+
+    def __repr__(self) -> str:
+        return f"<platform {self.name}>"
+
