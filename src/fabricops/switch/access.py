@@ -334,8 +334,12 @@ def ansible_render(variables: Mapping[str, Any]) -> Render:
 
     if not _PLUGINS_READY:
         from ansible.plugins.loader import init_plugin_loader
+        from ansible.utils.collection_loader import AnsibleCollectionConfig
 
-        init_plugin_loader()
+        # inside ansible-playbook (an action plugin) the finder is already there; a second
+        # init would reconfigure it
+        if AnsibleCollectionConfig.collection_finder is None:
+            init_plugin_loader()
         _PLUGINS_READY = True
     templar = Templar(loader=DataLoader(), variables=dict(variables))
     return templar.template
