@@ -16,6 +16,7 @@ from typing import Any
 from fabricops.errors import FabricopsError
 from fabricops.model.roce import RoceConfig, validate
 from fabricops.roce.platforms import OS_NAMES as _OS_NAMES
+from fabricops.roce.schema import SWITCH_SETTINGS
 
 from .knobs import Facts
 
@@ -142,12 +143,14 @@ def switch_spec(
     os_name = normalize_os(os_name)
     cfg = roce if isinstance(roce, RoceConfig) else validate(roce)
     port_list = normalize_ports(os_name, ports)
+    # the range is the schema's (fabricops.roce.schema.SWITCH_SETTINGS), the one declaration
+    ets = next(f for f in SWITCH_SETTINGS if f.name == "ets_lossless_percent")
     if isinstance(ets_lossless_percent, bool) or not isinstance(ets_lossless_percent, int):
         raise SwitchError(
-            f"roce_switch_ets_lossless_percent is {ets_lossless_percent!r}; use an integer 1 to 99."
+            f"{ets.role_var} is {ets_lossless_percent!r}; use an integer {ets.lo} to {ets.hi}."
         )
-    if not 1 <= int(ets_lossless_percent) <= 99:
-        raise SwitchError(f"roce_switch_ets_lossless_percent is {ets_lossless_percent}; use 1 to 99.")
+    if not ets.lo <= int(ets_lossless_percent) <= ets.hi:
+        raise SwitchError(f"{ets.role_var} is {ets_lossless_percent}; use {ets.lo} to {ets.hi}.")
     plat = switch_platform(os_name)
     if buffer_pool == "default":
         buffer_pool = plat.default_buffer_pool
