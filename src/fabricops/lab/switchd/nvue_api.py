@@ -138,6 +138,13 @@ class NvueApi:
         return cs
 
     def patch_revision(self, rid: str, body: Any) -> dict[str, Any]:
+        if rid == "applied" and isinstance(body, dict) and body.get("state") == "save":
+            # `nv config save` (NVOS manual, "Configuration Management Commands": PATCH
+            # /nvue_v1/revision/applied {"state": "save"})
+            self.sw.save()
+            if self.sw.revisions.get(self.sw.rev, {}).get("state") == "applied":
+                self.sw.revisions[self.sw.rev]["state"] = "applied_and_saved"
+            return {"state": "save", "transition": {"issue": {}, "progress": ""}}
         cs = self._changeset(rid)
         if not isinstance(body, dict) or body.get("state") not in {"apply", "detach"}:
             raise _ApiError(400, "'state' must be one of ['apply', 'detach']")
