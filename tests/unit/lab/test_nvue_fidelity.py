@@ -209,3 +209,24 @@ def test_rest_changeset_merges_onto_what_is_applied_then(tmp_path):
     assert sw.applied["qos"]["mapping"]["default-global"]["trust"] == "l2"  # kept
     assert sw.applied["qos"]["roce"]["mode"] == "lossless"
     assert api.revision(rid)["state"] == "applied_and_saved"
+
+
+def test_topology_picks_a_release_per_cumulus_switch():
+    import yaml
+
+    from fabricops.lab import switches, topology
+
+    raw = yaml.safe_load(topology.DEFAULT_TOPOLOGY.read_text())
+    cum = next(s for s in raw["switches"] if s["os"] == "cumulus")
+    cum["release"] = "5.4"
+    topo = topology.normalise(raw)
+    sw = next(s for s in topo["switches"] if s["name"] == cum["name"])
+    assert sw["release"] == "5.4"
+    cmd = switches.switchd_command(
+        sw,
+        {"mgmt_ip": "10.0.0.9", "host_key": "k", "password_file": "p", "state_dir": "s", "fabric_file": "f"},
+    )
+    assert cmd[cmd.index("--release") + 1] == "5.4" and cmd[cmd.index("--api-port") + 1] == "8765"
+    cum["release"] = "4.4"
+    with pytest.raises(topology.TopologyError, match="release"):
+        topology.normalise(raw)
