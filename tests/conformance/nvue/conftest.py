@@ -68,3 +68,19 @@ def nvue_lab(request, tmp_path):
     lab = NvueLab(tmp_path, request.param)
     yield lab
     lab.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The count of real-client calls made, per client (each test module keeps a CALLS list)."""
+    import sys
+
+    failed = len(terminalreporter.stats.get("failed", []))
+    for mod, client in (
+        ("test_netmiko_cumulus", "netmiko cumulus_linux"),
+        ("test_rest_api", "REST (urllib)"),
+    ):
+        calls = getattr(sys.modules.get(mod), "CALLS", None)
+        if calls is not None:
+            terminalreporter.write_line(
+                f"NVUE conformance: {client}: {len(calls)} calls ({failed} tests failed)"
+            )

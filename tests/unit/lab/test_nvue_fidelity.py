@@ -230,3 +230,14 @@ def test_topology_picks_a_release_per_cumulus_switch():
     cum["release"] = "4.4"
     with pytest.raises(topology.TopologyError, match="release"):
         topology.normalise(raw)
+
+
+def test_parser_reads_the_json_diff_like_the_yaml_one(tmp_path):
+    from fabricops.parsers.nvue import parse_config_diff
+
+    _, sess = _sw(tmp_path)
+    assert parse_config_diff(_out(sess, "nv config diff -o json")).empty
+    _out(sess, "nv set qos pfc default-global switch-priority 3")
+    as_json = parse_config_diff(_out(sess, "nv config diff -o json"))
+    as_yaml = parse_config_diff(_out(sess, "nv config diff"))
+    assert not as_json.empty and as_json.changes == as_yaml.changes and as_json.set == as_yaml.set
