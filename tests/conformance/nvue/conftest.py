@@ -23,6 +23,7 @@ def _free_port() -> int:
 class NvueLab:
     def __init__(self, tmp_path, release):
         self.tmp = tmp_path
+        self.password = PASSWORD
         self.port = _free_port()
         self.fabric = tmp_path / "fabric.json"
         self.loop = asyncio.new_event_loop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PASSWORD
 from netmiko import ConnectHandler
 
 CALLS: list[str] = []
@@ -23,8 +22,8 @@ def _connect(lab, **kw):
         host="127.0.0.1",
         port=lab.port,
         username="cumulus",
-        password=PASSWORD,
-        secret=kw.pop("secret", PASSWORD),
+        password=lab.password,
+        secret=kw.pop("secret", lab.password),
         fast_cli=True,
         **kw,
     )

@@ -17,17 +17,16 @@ import urllib.request
 from urllib.parse import quote
 
 import pytest
-from conftest import PASSWORD
 from netmiko import ConnectHandler
 
 CALLS: list[str] = []
 
 
 class Client:
-    def __init__(self, lab, password=PASSWORD):
+    def __init__(self, lab, password=None):
         self.base = f"https://127.0.0.1:{lab.api.port}/nvue_v1"
         self.ctx = ssl.create_default_context(cafile=str(lab.api.cert_path))
-        self.auth = "Basic " + base64.b64encode(f"cumulus:{password}".encode()).decode()
+        self.auth = "Basic " + base64.b64encode(f"cumulus:{password or lab.password}".encode()).decode()
 
     def __call__(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else None
@@ -95,7 +94,7 @@ def test_same_state_as_the_cli(nvue_lab):
         host="127.0.0.1",
         port=nvue_lab.port,
         username="cumulus",
-        password=PASSWORD,
+        password=nvue_lab.password,
         fast_cli=True,
     )
     try:
