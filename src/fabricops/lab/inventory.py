@@ -78,6 +78,7 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
             entry["roce_switch_use_agent"] = False
         else:
             entry["ansible_password"] = "{{ lookup('ansible.builtin.file', '" + pw_file + "') }}"
+        entry.update({"roce_switch_api_ca": info["api_ca"]} if info.get("api_ca") else {})  # NVUE REST API
         groups[f"{sw['os']}_switches"][sw["name"]] = entry
     switch_vars = {
         "ansible_connection": "local",

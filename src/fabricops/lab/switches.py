@@ -41,6 +41,7 @@ DEFAULT_USERS = {"onyx": "admin", "cumulus": "cumulus"}
 #: how the lab inventory logs in to each switch: both access paths of fabricops.switch.access are
 #: exercised by every converge (Onyx by password, Cumulus by the controller's key, no password)
 LOGIN = {"onyx": "password", "cumulus": "publickey"}
+NVUE_API_PORT = 8765  #: the NVUE REST API's HTTPS port on a Cumulus switch
 #: The management interface's name inside the switch, as each OS names it.
 MGMT_IFNAME = {"onyx": "mgmt0", "cumulus": "eth0"}
 
@@ -208,7 +209,10 @@ def switchd_command(sw: dict[str, Any], info: dict[str, Any]) -> list[str]:
         "--host-key", info["host_key"], "--password-file", info["password_file"],
         "--state-dir", info["state_dir"], "--fabric-file", info["fabric_file"],
         "--ports", ",".join(str(p) for p in sw.get("ports", [])),
-    ] + (["--authorized-keys", info["authorized_keys"]] if info.get("authorized_keys") else [])
+    ] + (["--authorized-keys", info["authorized_keys"]] if info.get("authorized_keys") else []) + (
+        # Cumulus: the NVUE REST API on 8765 of the switch's address (docs/lab-fidelity.md, NVUE)
+        ["--api-port", str(NVUE_API_PORT)] if sw["os"] == "cumulus" else []
+    ) + (["--release", str(sw["release"])] if sw.get("release") else [])
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -330,6 +334,8 @@ def start(lab: dict[str, Any], net: Net | None = None) -> dict[str, dict[str, An
                 "authorized_keys": str(write_authorized_keys(sdir, client_pub)),
                 "client_key": str(client_key), "login": LOGIN[sw["os"]],
             }
+            if sw["os"] == "cumulus":  # the API's self-signed certificate (switchd makes it at start)
+                info["api_ca"] = str(sdir / "nvue-api.crt")
             _plumb(sw, net, ns, veth)
             known[(name, sw["mgmt_ip"])] = pub
             log = (sdir / "switchd.log").open("ab")

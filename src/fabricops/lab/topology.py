@@ -64,7 +64,7 @@ PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
 PORT_KEYS = {"port", "link_layer", "speed", "width", "netdev", "port_guid", "mac"}
-SWITCH_KEYS = {"name", "os", "model", "ports"}
+SWITCH_KEYS = {"name", "os", "model", "ports", "release"}
 PORTS_KEYS = {"format", "first", "count"}
 CABLE_KEYS = {"host", "netdev", "switch", "port"}
 
@@ -375,7 +375,16 @@ class _Validator:
             "index": index,
             "mgmt_ip": f"{MGMT_NET}.{SWITCH_IP_BASE + index}",
             "ports": ports,
+            **self.switch_release(s, where, os_),
         }
+
+    def switch_release(self, s: dict[str, Any], where: str, os_: str) -> dict[str, Any]:
+        """Optional ``release:`` of an emulated Cumulus switch (``nvue.RELEASES``: 5.4, 5.14)."""
+        if "release" not in s or os_ != "cumulus":
+            return {}
+        from fabricops.lab.switchd.nvue import RELEASES
+
+        return {"release": self.choice(str(s["release"]), f"{where}.release", tuple(RELEASES), "a release")}
 
     def switch_ports(self, value: Any, where: str) -> list[str]:
         if isinstance(value, list):

@@ -5,6 +5,7 @@ Schemas are documented in docs/parsers.md.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,6 +258,14 @@ def parse_config_diff(text: str) -> ConfigDiffRecord:
     body = "\n".join(lines).strip("\n")
     if not body.strip():
         return ConfigDiffRecord(True, {}, {}, [])
+    if body.lstrip().startswith("["):  # `nv config diff -o json`: the same list as JSON ([] = empty)
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise ParseError(_TOOL_DIFF, "a JSON list of set/unset trees", str(exc)[:80]) from None
+        if doc == []:
+            return ConfigDiffRecord(True, {}, {}, [])
+        body = yaml.safe_dump(doc, default_flow_style=False) if isinstance(doc, list) else "- x"
     if not re.match(r"^- (set|unset):", body.lstrip()):
         raise ParseError(_TOOL_DIFF, "'- set:' or '- unset:' at the start", f"got {body.strip()[:40]!r}")
     try:

@@ -102,6 +102,9 @@ class SwitchAccess:
     timeout: float = 30
     passphrase: str | None = None  #: of ``key_file`` (already used to load ``pkey``)
     sources: Mapping[str, str] = field(default_factory=dict)  #: credential -> the variable it came from
+    transport: str = "cli"  #: ``roce_switch_transport``: cli (netmiko over SSH) or rest (NVUE REST API)
+    api_port: int = 8765  #: ``roce_switch_api_port`` (the NVUE API's HTTPS port)
+    api_ca: str | None = None  #: ``roce_switch_api_ca``: PEM file the API certificate must verify against
 
     def methods(self) -> list[str]:
         out = []
@@ -537,7 +540,9 @@ def switch_connection(
         except ValueError:
             raise _fail(switch, f"ProxyJump {pjump!r} is not [user@]host[:port][,...].") from None
 
+    rest = _rest_access(switch, v, os_name, password, proxy)
     return SwitchAccess(
+        **rest,
         switch=switch,
         os_name=os_name,
         host=target,
@@ -567,6 +572,40 @@ def switch_os(hostvars: Mapping[str, Any]) -> str | None:
             except SwitchError:
                 return None
     return None
+
+
+def _rest_access(switch: str, v: _Vars, os_name: str, password: str | None, proxy: str | None) -> dict:
+    """``roce_switch_transport`` (cli | rest) and, for rest, the NVUE API's port and certificate."""
+    _n, transport = v.first(("roce_switch_transport",))
+    transport = str(transport or "cli").strip().lower()
+    if transport not in {"cli", "rest"}:
+        raise _fail(switch, f"roce_switch_transport {transport!r} is not cli or rest.")
+    if transport == "cli":
+        return {}
+    from fabricops.roce.platforms import switch_platform
+
+    if not switch_platform(os_name).rest_api:
+        raise _fail(switch, "roce_switch_transport rest is for Cumulus NVUE switches only; use cli.")
+    if password is None:
+        raise _fail(switch, "roce_switch_transport rest logs in with a password (HTTP basic auth); set one.")
+    if proxy:
+        raise _fail(switch, "roce_switch_transport rest does not go through an SSH proxy; use cli.")
+    _n, port_value = v.first(("roce_switch_api_port",))
+    try:
+        api_port = int(port_value or 8765)
+        if not 0 < api_port < 65536:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise _fail(switch, f"roce_switch_api_port {port_value!r} is not a TCP port.") from None
+    _n, ca = v.first(("roce_switch_api_ca",))
+    ca = os.path.abspath(os.path.expanduser(str(ca))) if ca else None
+    if not ca or not os.path.isfile(ca):
+        raise _fail(
+            switch,
+            f"roce_switch_transport rest needs roce_switch_api_ca, the PEM certificate the switch's API "
+            f"must verify against ({ca or 'not set'}); fabricops never skips TLS verification.",
+        )
+    return {"transport": "rest", "api_port": api_port, "api_ca": ca}
 
 
 def _load_key(switch: str, var: str, path: str, passphrase: str | None) -> Any:

@@ -353,8 +353,18 @@ def apply_nvue(
             switch, step, exc, reconnect, before, True, confirm_timeout, result.sent
         ) from None
     if not save:
+        # Cumulus Linux 5.9+ auto-saves on apply (NVUE Command Reference, "Config Commands"): say so
+        try:
+            auto = parse_config_diff(_send(conn2, "nv config diff applied startup")).empty
+        except Exception:
+            auto = False
         _disconnect(conn2)
-        result.notes.append("live and confirmed; not saved (save: false)")
+        result.notes.append(
+            "live and confirmed; saved anyway by the switch's auto-save (Cumulus Linux 5.9 and later save on "
+            "apply unless 'nv set system config auto-save enable off'); save: false cannot prevent it"
+            if auto
+            else "live and confirmed; not saved (save: false)"
+        )
         return result
     try:
         out = _send(conn2, "nv config save")

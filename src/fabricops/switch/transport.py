@@ -84,6 +84,18 @@ def _password_access(os_name, host, username, password, port, known_hosts, timeo
 
 def open_session(access: SwitchAccess) -> Any:
     """Open the session :class:`SwitchAccess` describes (through its proxy command, if any)."""
+    if access.transport == "rest":  # roce_switch_transport: rest (the NVUE REST API)
+        from .nvue_rest import NvueRestConnection
+
+        return NvueRestConnection(
+            access.host,
+            access.api_port,
+            access.username,
+            access.password or "",
+            cafile=access.api_ca or "",
+            timeout=access.timeout,
+            switch=access.switch,
+        )
     import paramiko
     from netmiko import ConnectHandler
 

@@ -32,8 +32,9 @@ def _free_port() -> int:
 class Lab:
     """A switch server on its own event-loop thread; restart keeps the state dir."""
 
-    def __init__(self, tmp_path, os_name, ports):
+    def __init__(self, tmp_path, os_name, ports, **serve_kw):
         self.tmp, self.os_name, self.ports = tmp_path, os_name, ports
+        self.serve_kw = serve_kw  # release=, api_port= (Cumulus)
         self.port = _free_port()
         self.fabric = tmp_path / "fabric" / "switches" / "sw1.json"
         self.state = tmp_path / "state"
@@ -55,6 +56,7 @@ class Lab:
                 PASSWORD,
                 str(self.state),
                 str(self.fabric),
+                **self.serve_kw,
             ),
             self.loop,
         )
@@ -66,6 +68,9 @@ class Lab:
             ticker = getattr(self.acceptor, "_fabricops_ticker", None)
             if ticker:
                 ticker.cancel()
+            api = getattr(self.acceptor, "_fabricops_api", None)
+            if api:
+                api.close()
             self.acceptor.close()
             await self.acceptor.wait_closed()
 
@@ -102,6 +107,14 @@ def onyx(tmp_path):
 @pytest.fixture
 def cumulus(tmp_path):
     lab = Lab(tmp_path, "cumulus", [f"swp{n}" for n in range(1, 5)])
+    yield lab
+    lab.close()
+
+
+@pytest.fixture
+def cumulus54(tmp_path):
+    """Cumulus Linux 5.4: nv config apply does not save (auto-save is off before 5.9)."""
+    lab = Lab(tmp_path, "cumulus", [f"swp{n}" for n in range(1, 5)], release="5.4")
     yield lab
     lab.close()
 
@@ -316,7 +329,8 @@ def test_cumulus_confirm_rolls_back(cumulus):
     c.disconnect()
 
 
-def test_cumulus_save_restart_and_errors(cumulus):
+def test_cumulus_save_restart_and_errors(cumulus54):
+    cumulus = cumulus54  # a release without auto-save: "applied, not saved" holds
     c = cumulus.connect("cumulus_linux")
     c.send_command("nv set qos roce mode lossless")
     c.send_command("nv config apply -y")

@@ -52,8 +52,8 @@ def test_knob_tables_live_in_the_platforms_and_stay_importable_from_knobs():
 def test_no_os_branching_outside_the_platforms():
     """issue 16: `if os_name == "onyx"` lives in the platform classes only."""
     out = subprocess.run(
-        ["grep", "-rnE", r'(os_name|\.os) == "(onyx|cumulus)"|== "onyx"|== "cumulus"', "src", "plugins",
-         "--include=*.py"],
+        ["grep", "-rnE", r'(os_name|\.os) [=!]= "(onyx|cumulus)"|[=!]= "onyx"|[=!]= "cumulus"',
+         "src", "plugins", "--include=*.py"],
         cwd=ROOT, capture_output=True, text=True,
     ).stdout.splitlines()
     outside = [ln for ln in out if "/lab/" not in ln and "src/fabricops/roce/platforms/" not in ln]

@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fabric-file", default=None, help="normalised switches/NAME.json to write")
     ap.add_argument("--ports", required=True, help="Eth1/1,Eth1/2,... or swp1,swp2,...")
     ap.add_argument("--ready-file", default=None, help="touched once the server listens")
+    ap.add_argument("--release", default=None, help="Cumulus: the Cumulus Linux release emulated (5.4, 5.14)")
+    ap.add_argument(
+        "--api-port", type=int, default=None, help="Cumulus: serve the NVUE REST API (HTTPS) here"
+    )
     a = ap.parse_args(argv)
     if not a.password_file and not a.authorized_keys:
         ap.error("give --password-file, --authorized-keys or both")
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             a.state_dir,
             a.fabric_file,
             authorized_keys=a.authorized_keys,
+            release=a.release,
+            api_port=a.api_port,
         )
         if a.ready_file:
             Path(a.ready_file).write_text(f"{a.port}\n", encoding="utf-8")

@@ -1,8 +1,16 @@
-"""The Cumulus Linux NVUE engine behind a bash-like prompt.
+"""The Cumulus Linux NVUE engine behind a bash-like prompt (and behind the REST API, ``nvue_api``).
 
-Revisions: ``pending`` (what ``nv set``/``nv unset`` change), ``applied`` (what runs), ``startup``
-(what ``nv config save`` wrote; loaded at start). Only the applied revision feeds the fabric file.
-``nv config apply --confirm 30s`` applies and rolls back unless confirmed in time.
+Revisions: ``pending`` (what ``nv set``/``nv unset`` change on the CLI), ``applied`` (what runs),
+``startup`` (what ``nv config save`` wrote; loaded at start), plus the revisions REST clients create
+(``POST /nvue_v1/revision``). Only the applied revision feeds the fabric file. Every ``nv set`` /
+``nv unset`` path and value is checked against the object model in :mod:`.nvue_schema`.
+
+Per release (``RELEASES``; chosen per switch in the topology, ``release:``): Cumulus Linux 5.8 and
+earlier do not save on apply; from 5.9 "auto save is on by default; the nv config apply command
+automatically saves the configuration", and ``nv set system config auto-save enable off`` turns it
+off (NVUE Command Reference, "Config Commands": ``nv config apply``, ``nv config save``).
+``nv config apply --confirm 30s`` applies and rolls back unless confirmed in time; under auto-save
+the emulator saves when the apply is confirmed (a rolled-back apply never reaches startup).
 """
 
 from __future__ import annotations
@@ -11,48 +19,28 @@ import copy
 import json
 import re
 import shlex
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .nvue_schema import PRESENCE, SCHEMA, Coll, IdSet, Leaf, to_bytes
 from .state import FaultWatch, port_entry, run_line, write_fabric_file
 
-__all__ = ["NvueSession", "NvueSwitch", "expand_ports"]
+__all__ = ["RELEASES", "NvueError", "NvueSession", "NvueSwitch", "expand_ports"]
 
-ROCE_MODES = {"lossless", "lossy", "lossless-single-ipool", "lossy-multi-tc"}
-TRUST = {"l2", "l3", "both", "port"}
-# attributes whose next token is a value (the leaf); everything else nests
-LEAVES = {
-    "enable",
-    "mode",
-    "min-threshold",
-    "max-threshold",
-    "probability",
-    "ecn",
-    "red",
-    "trust",
-    "state",
-    "profile",
-    "cable-length",
-    "tx",
-    "rx",
-    "hostname",
-    "memory-percent",
-    "mtu",
-    "traffic-class",
-    "switch-priority",
-    "port-buffer",
-    "bw-percent",
+#: release -> (version string of ``nv config show`` / ``nv show system``, auto-save default)
+RELEASES: dict[str, dict[str, Any]] = {
+    "5.4": {"version": "Cumulus Linux 5.4.0", "auto_save": False},
+    "5.14": {"version": "Cumulus Linux 5.14.0", "auto_save": True},
 }
-# NVUE collections whose members are bare IDs (``switch-priority: {'3': {}}``): under these paths
-# ``switch-priority`` is a set that ``nv set`` adds to and ``nv unset ... switch-priority N`` removes
-# one member from (elsewhere, e.g. ``qos mapping default-global dscp 26 switch-priority 3``, it is a leaf).
-ID_SETS = {("qos", "pfc", "switch-priority"), ("qos", "link-pause", "switch-priority")}
-INT_LEAVES = {"bw-percent"}  # typed integer leaves (NVUE shows them as numbers)
-TOP = {"qos", "interface", "system", "router", "bridge", "vrf", "service", "mlag", "evpn", "nve"}
+DEFAULT_RELEASE = "5.14"
 ROCE_DEFAULT_ECN = (150000, 1500000)  # bytes, tc 0 and 3 (Cumulus "RoCE" default table)
+VERBS = ("set", "unset", "show", "config", "action", "list-commands")
+CONFIG_SUBS = ("apply", "detach", "diff", "history", "revision", "save", "show", "confirm")
+CONFIRM_PROMPT = "Are you sure? [y/N] "  # NVUE's prompt (NVOS/NVUE "nv config apply" example output)
 
 
 def expand_ports(spec: str) -> list[str]:
@@ -68,28 +56,12 @@ def expand_ports(spec: str) -> list[str]:
     return out
 
 
-def _is_id_set(path: list[str]) -> bool:
-    """``qos pfc default-global switch-priority`` -> True (profile name ignored)."""
-    return len(path) == 4 and (path[0], path[1], path[3]) in ID_SETS
-
-
 def _expand_numbers(spec: str) -> list[str]:
     out = []
     for part in spec.split(","):
         m = re.fullmatch(r"(\d+)-(\d+)", part)
         out.extend(str(n) for n in range(int(m.group(1)), int(m.group(2)) + 1)) if m else out.append(part)
     return out
-
-
-def to_bytes(value: str) -> int | None:
-    """'150KB' -> 150000, '1.5MB' -> 1500000, '40000' -> 40000 (input units are decimal)."""
-    m = re.fullmatch(r"([\d.]+)\s*([KMG]?B?)", str(value).strip(), re.I)
-    if not m:
-        return None
-    mult = {"": 1, "B": 1, "K": 1000, "KB": 1000, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9}[
-        m.group(2).upper()
-    ]
-    return round(float(m.group(1)) * mult)
 
 
 def fmt_size(nbytes: int) -> str:
@@ -132,21 +104,49 @@ def _diff(old: Any, new: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return sets, unsets
 
 
+def unique_prefix(word: str, choices: Any) -> str | None:
+    """NVUE's abbreviations (``nv sh`` = ``nv show``): the one choice WORD is a prefix of."""
+    if word in choices:
+        return word
+    hits = [c for c in choices if c.startswith(word)]
+    return hits[0] if len(hits) == 1 else None
+
+
 class NvueError(Exception):
     pass
 
 
-class NvueSwitch:
-    """One emulated Cumulus switch (shared by its SSH sessions)."""
+def usage_error(words: list[str], bad: str) -> NvueError:
+    """An unknown command or attribute: NVUE prints the usage of the last good node, then the error."""
+    where = " ".join(["nv", *words])
+    return NvueError(f"Usage:\n  {where} [options] <attribute> ...\n\nError: Unknown command: {bad}")
 
-    def __init__(self, name: str, ports: list[str], state_dir: str | Path, fabric_file: str | Path | None):
+
+class NvueSwitch:
+    """One emulated Cumulus switch (shared by its SSH sessions and its REST API)."""
+
+    def __init__(
+        self,
+        name: str,
+        ports: list[str],
+        state_dir: str | Path,
+        fabric_file: str | Path | None,
+        release: str = DEFAULT_RELEASE,
+        sudo_password: str | None = None,
+    ):
+        if release not in RELEASES:
+            raise ValueError(f"unknown Cumulus Linux release {release!r} (one of {', '.join(RELEASES)})")
         self.name = name
         self.ports = ports
+        self.release = release
+        self.version = RELEASES[release]["version"]
+        self.sudo_password = sudo_password
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.startup_path = self.state_dir / "startup.yaml"
         self.fabric_file = fabric_file
         self.faults = FaultWatch(self.state_dir)
+        self.lock = threading.RLock()  # SSH sessions (event loop) and the REST API (its thread) share state
         startup: dict[str, Any] = {}
         if self.startup_path.exists():
             startup = yaml.safe_load(self.startup_path.read_text(encoding="utf-8")) or {}
@@ -155,7 +155,31 @@ class NvueSwitch:
         self.rev = 1
         self.confirm_deadline: float | None = None
         self.confirm_rollback: dict[str, Any] | None = None
+        self.confirm_rev: int | None = None
+        #: rev_id -> {"tree", "state", "user", "date", "type"} (``nv config revision`` / history)
+        self.revisions: dict[int, dict[str, Any]] = {
+            1: {
+                "tree": copy.deepcopy(startup),
+                "state": "applied_and_saved",
+                "user": "root",
+                "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "type": "CLI",
+            }
+        }
+        #: REST changesets: id -> {"tree", "base", "state", "user", "rev"}
+        self.changesets: dict[str, dict[str, Any]] = {}
         self.write_fabric()
+
+    # ---------------------------------------------------------------- release behaviour
+    def auto_save(self, tree: dict[str, Any] | None = None) -> bool:
+        """Does ``nv config apply`` save? The tree's ``system config auto-save enable`` or the default."""
+        val = self._get(tree if tree is not None else self.applied, "system", "config", "auto-save", "enable")
+        return str(val) == "on" if val is not None else bool(RELEASES[self.release]["auto_save"])
+
+    def startup(self) -> dict[str, Any]:
+        if not self.startup_path.exists():
+            return {}
+        return yaml.safe_load(self.startup_path.read_text(encoding="utf-8")) or {}
 
     # ---------------------------------------------------------------- effective applied state
     def _get(self, tree: dict[str, Any], *path: str) -> Any:
@@ -225,72 +249,89 @@ class NvueSwitch:
     def check_confirm(self) -> None:
         if self.confirm_deadline is not None and time.monotonic() >= self.confirm_deadline:
             self.applied = self.confirm_rollback or {}
+            if self.confirm_rev in self.revisions:
+                self.revisions[self.confirm_rev]["state"] = "confirm_fail"
             self.pending = copy.deepcopy(self.applied)
-            self.confirm_deadline = self.confirm_rollback = None
+            self.confirm_deadline = self.confirm_rollback = self.confirm_rev = None
             self.rev += 1
             self.write_fabric()
 
-    # ---------------------------------------------------------------- set/unset
-    def _path_ops(self, tokens: list[str]) -> list[tuple[list[str], Any]]:
-        """Tokens after 'nv set' -> [(path, value)], ranges (swp1-4, 0,3) expanded."""
-        if not tokens or tokens[0] not in TOP:
-            raise NvueError(f"Error: '{tokens[0] if tokens else ''}' is not one of {sorted(TOP)}")
-        paths: list[tuple[list[str], Any]] = [([], None)]
+    # ---------------------------------------------------------------- set/unset against the schema
+    def invalid(self, name: str, why: str) -> NvueError:
+        """NVUE's refusal of a value (the form ``nv set qos roce mode bogus`` answers)."""
+        return NvueError(f"Error: Invalid config [rev_id: {self.rev}]\n  {name}: {why}")
+
+    def resolve(self, tokens: list[str], verb: str = "set") -> list[tuple[list[str], Any]]:
+        """Tokens after ``nv set``/``nv unset`` -> [(path, value)], checked against the object model.
+
+        ``value`` is a typed leaf value, ``{}`` for an object (or an ID-set member / presence node),
+        or ``None`` for ``nv unset`` of a whole node. Ranges (``swp1-4``, ``0,3``) expand."""
+        node: Any = SCHEMA
+        paths: list[list[str]] = [[]]
+        words: list[str] = [verb]
         i = 0
         while i < len(tokens):
             tok = tokens[i]
-            if tok in LEAVES and i == len(tokens) - 2 and not _is_id_set(tokens[: i + 1]):
-                return [([*p, tok], tokens[-1]) for p, _ in paths]
-            prev = tokens[i - 1] if i else ""
-            if prev == "interface":
-                names = expand_ports(tok)
-            elif prev in {"traffic-class", "switch-priority", "dscp", "pcp"}:
-                names = _expand_numbers(tok)
-            else:
-                names = [tok]
-            paths = [([*p, n], None) for p, _ in paths for n in names]
-            i += 1
-        return [(p, {}) for p, _ in paths]
+            if isinstance(node, Leaf):
+                if i != len(tokens) - 1:
+                    raise usage_error(words, tokens[i + 1])
+                why = node.check(tok)
+                if why:
+                    raise NvueError(f"Error: Invalid config [rev_id: {self.rev}]\n  {paths[0][-1]}: {why}")
+                if verb == "unset":  # `nv unset qos roce mode lossy` drops the attribute
+                    return [(p, None) for p in paths]
+                return [(p, node.typed(tok)) for p in paths]
+            if isinstance(node, Coll):
+                ids = expand_ports(tok) if node.ids.startswith("swp") else _expand_numbers(tok)
+                for ident in ids:
+                    if not re.fullmatch(node.ids, ident):
+                        raise self.invalid(node.what, f"'{ident}' is not valid")
+                    if words[-1] == "interface" and ident.startswith("swp") and ident not in self.ports:
+                        raise self.invalid("interface", f"'{ident}' does not exist")
+                paths = [[*p, n] for p in paths for n in ids]
+                words.append(f"<{node.what}>")
+                node = node.child
+                i += 1
+                continue
+            if isinstance(node, IdSet):
+                ids = _expand_numbers(tok)
+                for ident in ids:
+                    if not (ident.isdigit() and node.lo <= int(ident) <= node.hi):
+                        raise NvueError(
+                            f"Error: Invalid config [rev_id: {self.rev}]\n  {paths[0][-1]}: '{ident}' is not "
+                            f"an integer in {node.lo}-{node.hi}"
+                        )
+                if i != len(tokens) - 1:
+                    raise usage_error([*words, tok], tokens[i + 1])
+                return [([*p, n], {} if verb == "set" else None) for p in paths for n in ids]
+            if isinstance(node, dict):
+                key = unique_prefix(tok, list(node)) if node else None
+                if key is None:
+                    raise usage_error(words, tok)
+                if node[key] is None:  # a first-level node this emulator does not model
+                    raise NvueError(
+                        f"Error: Invalid config [rev_id: {self.rev}]\n  {key}: not supported by this switch"
+                    )
+                paths = [[*p, key] for p in paths]
+                words.append(key)
+                node = node[key]
+                i += 1
+                continue
+            raise usage_error(words, tok)
+        if not paths[0]:
+            raise NvueError(f"Usage:\n  nv {verb} [options] <attribute> ...\n\nError: Missing attribute")
+        if isinstance(node, Leaf):
+            if verb == "set":
+                raise NvueError(f"Usage:\n  nv {' '.join(words)} <value>\n\nError: Missing value")
+            return [(p, None) for p in paths]
+        if isinstance(node, IdSet) and verb == "set":
+            raise NvueError(f"Usage:\n  nv {' '.join(words)} <value>\n\nError: Missing value")
+        return [(p, {} if verb == "set" else None) for p in paths]
 
-    def _validate(self, path: list[str], value: Any) -> None:
-        leaf = path[-1]
-        if path[:2] == ["qos", "roce"] and leaf == "mode" and value not in ROCE_MODES:
-            raise NvueError(
-                f"Error: Invalid config [rev_id: {self.rev}]\n  mode: '{value}' is not one of "
-                f"{sorted(ROCE_MODES)}"
-            )
-        if leaf == "enable" and value not in {"on", "off"}:
-            raise NvueError(
-                f"Error: Invalid config [rev_id: {self.rev}]\n  enable: '{value}' is not one of ['off', 'on']"
-            )
-        if leaf == "trust" and value not in TRUST:
-            raise NvueError(
-                f"Error: Invalid config [rev_id: {self.rev}]\n"
-                f"  trust: '{value}' is not one of {sorted(TRUST)}"
-            )
-        if leaf in INT_LEAVES and not (str(value).isdigit() and 0 <= int(value) <= 100):
-            raise NvueError(
-                f"Error: Invalid config [rev_id: {self.rev}]\n  {leaf}: '{value}' is not an integer in 0-100"
-            )
-        if leaf in {"min-threshold", "max-threshold"} and to_bytes(str(value)) is None:
-            raise NvueError(f"Error: Invalid config [rev_id: {self.rev}]\n  {leaf}: '{value}' is not a size")
-        if (
-            path[0] == "interface"
-            and len(path) > 1
-            and path[1] not in self.ports
-            and not path[1].startswith(("lo", "eth", "bond", "vlan", "br"))
-        ):
-            raise NvueError(
-                f"Error: Invalid config [rev_id: {self.rev}]\n  interface: '{path[1]}' does not exist"
-            )
-
-    def nv_set(self, tokens: list[str]) -> None:
-        ops = self._path_ops(tokens)
+    def set_in(self, tree: dict[str, Any], tokens: list[str]) -> None:
+        ops = self.resolve(tokens, "set")
         for path, value in ops:
-            if value != {}:
-                self._validate(path, value)
-        for path, value in ops:
-            node = self.pending
+            node = tree
             for p in path[:-1]:
                 if not isinstance(node.get(p), dict):
                     node[p] = {}
@@ -301,47 +342,114 @@ class NvueSwitch:
                     node[path[-1]].setdefault("enable", "on")
                     node[path[-1]].setdefault("mode", "lossless")
             else:
-                node[path[-1]] = int(value) if path[-1] in INT_LEAVES else value
+                node[path[-1]] = value
                 if path[:2] == ["qos", "roce"] and path[-1] == "mode":
                     node.setdefault("enable", "on")
 
-    def nv_unset(self, tokens: list[str]) -> None:
-        for path, _value in self._path_ops(tokens):  # 'nv unset qos roce mode X' drops the attribute
-            node = self.pending
+    def unset_in(self, tree: dict[str, Any], tokens: list[str]) -> None:
+        for path, _value in self.resolve(tokens, "unset"):
+            node: Any = tree
             for p in path[:-1]:
                 node = node.get(p) if isinstance(node, dict) else None
                 if node is None:
                     break
             if isinstance(node, dict):
                 node.pop(path[-1], None)
-                if _is_id_set(path[:-1]) and not node:  # the last member gone: back to the default
-                    parent = self._get(self.pending, *path[:-2])
+                if self._is_id_set(path[:-1]) and not node:  # the last member gone: back to the default
+                    parent = self._get(tree, *path[:-2])
                     if isinstance(parent, dict):
                         parent.pop(path[-2], None)
 
+    @staticmethod
+    def _is_id_set(path: list[str]) -> bool:
+        node: Any = SCHEMA
+        for p in path:
+            if isinstance(node, dict):
+                node = node.get(p)
+            elif isinstance(node, Coll):
+                node = node.child
+            else:
+                return False
+        return isinstance(node, IdSet)
+
+    def nv_set(self, tokens: list[str]) -> None:
+        self.set_in(self.pending, tokens)
+
+    def nv_unset(self, tokens: list[str]) -> None:
+        self.unset_in(self.pending, tokens)
+
+    def check_tree(self, tree: Any, path: list[str] | None = None) -> str | None:
+        """None when TREE (a REST body at PATH) fits the object model, else the complaint."""
+        node: Any = SCHEMA
+        for p in path or []:
+            if isinstance(node, dict) and p in node and node[p] is not None:
+                node = node[p]
+            elif isinstance(node, Coll) and re.fullmatch(node.ids, p):
+                node = node.child
+            elif isinstance(node, IdSet) and p.isdigit():
+                node = PRESENCE
+            else:
+                return f"'{p}' is not a valid path element"
+        return _check_node(node, tree)
+
     # ---------------------------------------------------------------- config ops
-    def diff_text(self, old: dict[str, Any], new: dict[str, Any]) -> str:
+    def diff_items(self, old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
         sets, unsets = _diff(old, new)
-        items = []
+        items: list[dict[str, Any]] = []
         if sets:
             items.append({"set": sets})
         if unsets:
             items.append({"unset": unsets})
-        if not items:
-            return ""
-        return yaml.safe_dump(items, default_flow_style=False, sort_keys=True)
+        return items
 
-    def apply(self, confirm: float | None) -> str:
+    def diff_text(self, old: dict[str, Any], new: dict[str, Any]) -> str:
+        items = self.diff_items(old, new)
+        return yaml.safe_dump(items, default_flow_style=False, sort_keys=True) if items else ""
+
+    def apply_tree(self, tree: dict[str, Any], confirm: float | None, user: str, kind: str = "CLI") -> int:
+        """Make TREE the applied revision; returns its rev_id. Auto-save per release (see module doc)."""
         previous = copy.deepcopy(self.applied)
-        self.applied = copy.deepcopy(self.pending)
+        untouched = self.pending == previous  # a CLI pending revision with nothing staged follows along
+        self.applied = copy.deepcopy(tree)
         self.rev += 1
+        if untouched or tree is self.pending:
+            self.pending = copy.deepcopy(self.applied)
+        state = "applied"
         if confirm is not None:
             self.confirm_deadline = time.monotonic() + confirm
             self.confirm_rollback = previous
+            self.confirm_rev = self.rev
+            state = "confirm"
         else:
-            self.confirm_deadline = self.confirm_rollback = None
+            self.confirm_deadline = self.confirm_rollback = self.confirm_rev = None
+            if self.auto_save():
+                self.save()
+                state = "applied_and_saved"
+        self.revisions[self.rev] = {
+            "tree": copy.deepcopy(self.applied),
+            "state": state,
+            "user": user,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "type": kind,
+        }
         self.write_fabric()
-        return f"applied [rev_id: {self.rev}]\n"
+        return self.rev
+
+    def apply(self, confirm: float | None, user: str = "cumulus") -> str:
+        return f"applied [rev_id: {self.apply_tree(self.pending, confirm, user)}]\n"
+
+    def confirm_yes(self) -> int:
+        if self.confirm_deadline is None:
+            raise NvueError("Error: There is no pending confirm")
+        rev = self.confirm_rev or self.rev
+        self.confirm_deadline = self.confirm_rollback = self.confirm_rev = None
+        state = "applied"
+        if self.auto_save():
+            self.save()
+            state = "applied_and_saved"
+        if rev in self.revisions:
+            self.revisions[rev]["state"] = state
+        return rev
 
     def save(self) -> None:
         tmp = self.startup_path.with_suffix(".tmp")
@@ -349,6 +457,69 @@ class NvueSwitch:
             yaml.safe_dump(self.applied, default_flow_style=False, sort_keys=True), encoding="utf-8"
         )
         tmp.replace(self.startup_path)
+
+    def named_tree(self, name: str) -> dict[str, Any] | None:
+        """A revision by the names NVUE accepts: applied, pending, startup, empty, or a rev_id."""
+        if name == "applied":
+            return self.applied
+        if name == "pending":
+            return self.pending
+        if name == "startup":
+            return self.startup()
+        if name == "empty":
+            return {}
+        if name.isdigit() and int(name) in self.revisions:
+            return self.revisions[int(name)]["tree"]
+        if name in self.changesets:
+            return self.changesets[name]["tree"]
+        return None
+
+    # ---------------------------------------------------------------- show (shared by CLI and REST)
+    def show_tree(self, words: list[str], tree: dict[str, Any], operational: bool) -> Any:
+        """The object at WORDS (already resolved names) of TREE; {} for a valid path with nothing set.
+
+        Operational reads (no revision option, REST ``GET`` without ``rev``) of ``interface`` list every
+        port with its link state, as ``nv show interface`` on a switch with its ports up does."""
+        node: Any = SCHEMA
+        for w in words:
+            if isinstance(node, dict) and w in node and node[w] is not None:
+                node = node[w]
+            elif isinstance(node, Coll) and re.fullmatch(node.ids, w):
+                if w.startswith("swp") and w not in self.ports:
+                    raise NvueError(f"Error: The requested item does not exist: {' '.join(words)}")
+                node = node.child
+            elif isinstance(node, IdSet) and w.isdigit():
+                node = PRESENCE
+            else:
+                raise NvueError(f"Error: The requested item does not exist: {' '.join(words)}")
+        value = self._get(tree, *words) if words else tree
+        if operational and words[:1] == ["interface"]:
+            return self._interfaces_oper(words, tree)
+        if value is None:
+            return {} if not isinstance(node, Leaf) else None
+        return copy.deepcopy(value)
+
+    def _interfaces_oper(self, words: list[str], tree: dict[str, Any]) -> Any:
+        down = self.faults.ports_down()
+        out: dict[str, Any] = {}
+        for p in self.ports:
+            conf = copy.deepcopy(self._get(tree, "interface", p) or {})
+            state = self._get(tree, "interface", p, "link", "state")
+            link = conf.setdefault("link", {})
+            link.update(
+                {
+                    "state": "up" if p not in down and state != "down" else "down",
+                    "mtu": int(link.get("mtu", 9216)),
+                }
+            )
+            conf["type"] = "swp"
+            out[p] = conf
+        if len(words) == 1:
+            return out
+        got: Any = out
+        for w in words[1:]:
+            got = got.get(w) if isinstance(got, dict) else None
+        return {} if got is None else got
 
     # ---------------------------------------------------------------- show
     def show_qos_roce(self, tree: dict[str, Any], as_json: bool) -> str:
@@ -441,28 +612,122 @@ class NvueSwitch:
         return "\n".join(lines) + "\n"
 
 
+def _check_node(schema: Any, value: Any) -> str | None:
+    """Validate a REST body VALUE against SCHEMA (None: valid)."""
+    if value is None:  # PATCH with null unsets
+        return None
+    if isinstance(schema, Leaf):
+        return schema.check(str(value))
+    if isinstance(schema, IdSet):
+        if not isinstance(value, dict):
+            return "a set of IDs must be an object ({'3': {}})"
+        for k in value:
+            if not (str(k).isdigit() and schema.lo <= int(k) <= schema.hi):
+                return f"'{k}' is not an integer in {schema.lo}-{schema.hi}"
+        return None
+    if isinstance(schema, Coll):
+        if not isinstance(value, dict):
+            return "must be an object"
+        for k, v in value.items():
+            if not re.fullmatch(schema.ids, str(k)):
+                return f"'{k}' is not a valid {schema.what}"
+            why = _check_node(schema.child, v)
+            if why:
+                return why
+        return None
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return "must be an object"
+        for k, v in value.items():
+            if k not in schema:
+                return f"Additional properties are not allowed ('{k}' was unexpected)"
+            if schema[k] is None:
+                return f"'{k}' is not supported by this switch"
+            why = _check_node(schema[k], v)
+            if why:
+                return why
+        return None
+    return "unknown schema node"
+
+
+def merge_patch(tree: dict[str, Any], path: list[str], body: Any) -> None:
+    """Apply a REST PATCH BODY at PATH to TREE (RFC 7396 merge: null removes)."""
+    node = tree
+    for p in path[:-1] if path else []:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    if path:
+        key = path[-1]
+        if body is None:
+            node.pop(key, None)
+            return
+        if not isinstance(body, dict) or not isinstance(node.get(key), dict):
+            node[key] = copy.deepcopy(body) if not isinstance(body, dict) else {}
+            if not isinstance(body, dict):
+                return
+        node = node[key]
+    for k, v in body.items():
+        if v is None:
+            node.pop(k, None)
+        elif isinstance(v, dict) and v and isinstance(node.get(k), dict):
+            merge_patch(node, [k], v)
+        elif isinstance(v, dict):
+            node.setdefault(k, {}) if not v else node.__setitem__(k, copy.deepcopy(v))
+        else:
+            node[k] = v
+
+
 class NvueSession:
-    """A bash session on the switch: `nv` commands plus a few shell builtins."""
+    """A bash session on the switch: ``nv`` commands, ``sudo`` and a few shell builtins.
+
+    ``sudo`` as on a Cumulus Linux host (Debian sudo 1.9): ``[sudo] password for cumulus: `` (input
+    not echoed; the server turns echo off while ``wants_password``), "Sorry, try again." on a wrong
+    one and ``sudo: 3 incorrect password attempts`` after three; ``sudo -s`` / ``sudo -i`` / ``sudo
+    su`` open a root shell whose prompt ends in ``#`` (``root@leaf:mgmt:/home/cumulus#``) until
+    ``exit``; ``sudo <command>`` runs one command. netmiko's ``cumulus_linux`` driver relies on these
+    (``enable()``/``config_mode()`` send ``sudo -s`` and wait for ``ssword`` or ``#``)."""
 
     def __init__(self, switch: NvueSwitch, user: str = "cumulus"):
         self.sw = switch
         self.user = user
+        self.root = user == "root"
         self.closed = False
         self.frozen = False  # a `freeze` fault: no output and no prompt from now on
+        self.wants_password = False
+        self._sudo: tuple[str, list[str], int] | None = None  # (mode, command, tries)
+        self._confirm: float | bool | None = False  # a pending "Are you sure?" (the --confirm value)
+        self.sudo_ok_until = 0.0  # sudo's credential cache (timestamp_timeout, 15 min on Debian)
 
     def prompt(self) -> str:
         if self.frozen:
             return ""
+        if self.wants_password:
+            return f"[sudo] password for {self.user}: "
+        if self._confirm is not False:
+            return CONFIRM_PROMPT
+        if self.root and self.user != "root":
+            return f"root@{self.sw.name}:mgmt:/home/{self.user}# "
+        if self.root:
+            return f"root@{self.sw.name}:mgmt:~# "
         return f"{self.user}@{self.sw.name}:mgmt:~$ "
 
     def banner(self) -> str:
         return "\nLinux " + self.sw.name + " 6.1.0-cl-1-amd64 #1 SMP PREEMPT_DYNAMIC x86_64\n\n"
 
     def handle(self, line: str) -> tuple[str, bool]:
+        with self.sw.lock:
+            return self._handle(line)
+
+    def _handle(self, line: str) -> tuple[str, bool]:
         if self.closed:
             return "", True
         if self.frozen:
             return "", False
+        if self.wants_password:
+            return self._sudo_password(line), False
+        if self._confirm is not False:
+            return self._answer_confirm(line), False
         if self.sw.faults.refresh_changed_ports():
             self.sw.write_fabric()
         self.sw.check_confirm()
@@ -474,12 +739,71 @@ class NvueSession:
             for c in commands:
                 other.handle(c)
 
-        # a refused change: NVUE reports it as "Error: ..." (as _validate does)
+        # a refused change: NVUE reports it as "Error: ..." (as the schema check does)
         def reject(c: str) -> str:
             return f"Error: Invalid config [rev_id: {self.sw.rev}]\n  rejected: {c}\n"
 
         return run_line(self, s, rule, self._dispatch, reject, foreign)
 
+    # ---------------------------------------------------------------- sudo
+    def _sudo_start(self, argv: list[str]) -> str:
+        args = argv[1:]
+        if not args:
+            return "usage: sudo -h | -K | -k | -V\nusage: sudo [-s|-i] [command [arg ...]]\n"
+        shell = args[0] in {"-s", "-i"} or args[:1] == ["su"] or args == ["-s", "su"]
+        cmd = args[1:] if args[0] in {"-s", "-i"} else ([] if args[:1] == ["su"] else args)
+        if self.root or time.monotonic() < self.sudo_ok_until:
+            return self._sudo_run("shell" if shell else "cmd", cmd)
+        self._sudo = ("shell" if shell else "cmd", cmd, 0)
+        self.wants_password = True
+        return ""
+
+    def _sudo_password(self, line: str) -> str:
+        mode, cmd, tries = self._sudo or ("cmd", [], 0)
+        if self.sw.sudo_password is not None and line == self.sw.sudo_password:
+            self.wants_password = False
+            self._sudo = None
+            self.sudo_ok_until = time.monotonic() + 900
+            return "\n" + self._sudo_run(mode, cmd)
+        tries += 1
+        if tries >= 3:
+            self.wants_password = False
+            self._sudo = None
+            return "\nsudo: 3 incorrect password attempts\n"
+        self._sudo = (mode, cmd, tries)
+        return "\nSorry, try again.\n"
+
+    def _sudo_run(self, mode: str, cmd: list[str]) -> str:
+        if mode == "shell" and not cmd:
+            self.root = True
+            return ""
+        was = self.root
+        self.root = True
+        try:
+            out, _ = self._dispatch(shlex.join(cmd))
+        finally:
+            self.root = was
+        return out
+
+    # ---------------------------------------------------------------- confirm prompt
+    def _answer_confirm(self, line: str) -> str:
+        confirm, self._confirm = self._confirm, False
+        if line.strip().lower() in {"y", "yes"}:
+            return self.sw.apply(confirm if isinstance(confirm, float) else None, self.user)
+        return "Declined apply\n"
+
+    def _apply_warnings(self) -> list[str]:
+        """What NVUE warns about before an apply (each needs a yes): a management interface change."""
+        sets, unsets = _diff(self.sw.applied, self.sw.pending)
+        warn = []
+        if "eth0" in (sets.get("interface") or {}) or "eth0" in (unsets.get("interface") or {}):
+            warn.append(
+                "Warning: management interface config is changed. If you are connected with it, your "
+                "conection may be temporary interrupted."
+            )
+        return warn
+
+    # ---------------------------------------------------------------- dispatch
     def _dispatch(self, s: str) -> tuple[str, bool]:
         if not s:
             return "", False
@@ -489,10 +813,17 @@ class NvueSession:
             return "-bash: syntax error: unexpected end of file\n", False
         cmd = argv[0]
         if cmd in {"exit", "logout"}:
+            if self.root and self.user != "root":  # leaves the sudo root shell
+                self.root = False
+                return "exit\n" if cmd == "exit" else "", False
             self.closed = True
             return "", True
+        if cmd == "sudo":
+            return self._sudo_start(argv), False
         if cmd == "hostname":
             return self.sw.name + "\n", False
+        if cmd == "whoami":
+            return ("root" if self.root else self.user) + "\n", False
         if cmd == "echo":
             return " ".join(argv[1:]) + "\n", False
         if cmd in {"true", ":"}:
@@ -510,14 +841,14 @@ class NvueSession:
 
     def nv(self, args: list[str]) -> tuple[str, bool]:
         sw = self.sw
-        usage = (
-            "Usage: nv [options] <command> [<args>...]\n\nError: Unknown command: "
-            + " ".join(args[:1])
-            + "\n"
-        )
         if not args:
-            return "Usage: nv [options] <command> [<args>...]\n", False
-        verb, rest = args[0], args[1:]
+            return "Usage:\n  nv [options] <command> [<args>...]\n", False
+        verb = unique_prefix(args[0], VERBS)
+        rest = args[1:]
+        if verb is None:
+            return f"Usage:\n  nv [options] <command> [<args>...]\n\nError: Unknown command: {args[0]}\n", (
+                False
+            )
         if verb == "set":
             sw.nv_set(rest)
             return "", True
@@ -528,38 +859,62 @@ class NvueSession:
             return self.nv_show(rest), False
         if verb == "config":
             return self.nv_config(rest)
-        return usage, False
+        return f"Usage:\n  nv {verb} [options] ...\n\nError: not supported by this switch\n", False
 
-    def nv_show(self, rest: list[str]) -> str:
-        sw = self.sw
-        as_json = False
-        tree = sw.applied
-        words = []
+    def _show_opts(self, rest: list[str]) -> tuple[list[str], str, str | None]:
+        """(words, output format, revision or None for operational) of ``nv show`` / ``nv config``."""
+        fmt, rev, words = "auto", None, []
         i = 0
         while i < len(rest):
             a = rest[i]
-            if a in {"-o", "--output"} and i + 1 < len(rest):
-                as_json = rest[i + 1] == "json"
-                i += 2
+            m = re.fullmatch(r"(?:-o|--output)(?:=(\S+))?", a)
+            if m:
+                fmt = m.group(1) or (rest[i + 1] if i + 1 < len(rest) else "")
+                i += 1 if m.group(1) else 2
+                if fmt not in {"auto", "json", "yaml", "commands", "raw"}:
+                    raise NvueError(f"Error: Invalid output format '{fmt}' (auto, json, yaml)")
+                continue
+            if a in {"-y", "--y", "--assume-yes"}:
+                words.append("-y")
+                i += 1
                 continue
             m = re.fullmatch(r"--rev(?:=(\S+))?", a)
             if m or a == "-r":
                 rev = m.group(1) if m and m.group(1) else (rest[i + 1] if i + 1 < len(rest) else "")
                 i += 1 if (m and m.group(1)) else 2
-                if rev == "pending":
-                    tree = sw.pending
-                elif rev in {"applied", "operational"}:
-                    tree = sw.applied
-                elif rev == "startup":
-                    tree = yaml.safe_load(sw.startup_path.read_text()) if sw.startup_path.exists() else {}
-                else:
-                    raise NvueError(f"Error: Revision '{rev}' not found")
+                continue
+            if a in {"--applied", "--pending", "--startup", "--operational"}:
+                rev = a[2:]
+                i += 1
                 continue
             words.append(a)
             i += 1
+        return words, fmt, rev
+
+    def _tree(self, rev: str | None) -> dict[str, Any]:
+        if rev in (None, "operational"):
+            return self.sw.applied
+        tree = self.sw.named_tree(rev)
+        if tree is None:
+            raise NvueError(f"Error: Revision '{rev}' not found")
+        return tree
+
+    def nv_show(self, rest: list[str]) -> str:
+        sw = self.sw
+        raw, fmt, rev = self._show_opts(rest)
+        tree = self._tree(rev)
+        words = self._resolve_show(raw)
+        as_json = fmt == "json"
         if words == ["qos", "roce"]:
             return sw.show_qos_roce(tree, as_json)
-        if len(words) >= 2 and words[0] == "interface" and words[1] in sw.ports:
+        if words == ["system"] and rev is None:
+            doc = {
+                "hostname": sw._get(tree, "system", "hostname") or sw.name,
+                "build": sw.version,
+                "platform": "SN4700",
+            }
+            return _render(doc, fmt)
+        if len(words) == 2 and words[0] == "interface" and words[1] in sw.ports and rev is None:
             state = sw._get(tree, "interface", words[1], "link", "state")
             up = words[1] not in sw.faults.ports_down() and state != "down"
             if as_json:
@@ -568,76 +923,165 @@ class NvueSession:
                 f"{'':26}operational  applied\n{'-' * 24}  -----------  -------\ntype{'':22}swp\n"
                 f"link\n  state{'':19}{'up' if up else 'down'}\n"
             )
-        node = sw._get(tree, *words) if words else tree
-        if node is None:
-            raise NvueError(f"Error: The requested item does not exist: {' '.join(words)}")
-        return (
-            json.dumps(node, indent=2) if as_json else yaml.safe_dump(node, default_flow_style=False)
-        ) + "\n"
+        if words == ["interface"] and rev is None and not as_json and fmt != "yaml":
+            return self._interface_table(tree)
+        node = sw.show_tree(words, tree, operational=rev is None)
+        return _render(node, fmt)
+
+    def _resolve_show(self, raw: list[str]) -> list[str]:
+        """Expand abbreviations of fixed names in a show path (``nv sh q ro`` = ``nv show qos roce``)."""
+        node: Any = SCHEMA
+        out: list[str] = []
+        for w in raw:
+            if isinstance(node, dict) and node:
+                key = unique_prefix(w, list(node))
+                if key is None:
+                    raise NvueError(f"Error: The requested item does not exist: {' '.join([*out, w])}")
+                out.append(key)
+                node = node[key]
+            elif isinstance(node, Coll):
+                out.append(w)
+                node = node.child
+            else:
+                out.append(w)
+                node = None
+        return out
+
+    def _interface_table(self, tree: dict[str, Any]) -> str:
+        """``nv show interface`` (the summary table, 5.x layout)."""
+        oper = self.sw.show_tree(["interface"], tree, operational=True)
+        lines = [
+            "Interface  MTU   Speed  State  Remote Host  Remote Port  Type  Summary",
+            "---------  ----  -----  -----  -----------  -----------  ----  -------",
+        ]
+        for p, conf in oper.items():
+            st = conf["link"]["state"]
+            lines.append(f"+ {p:<8} {conf['link']['mtu']:<5} {'':6} {st:<6} {'':12} {'':12} swp".rstrip())
+        return "\n".join(lines) + "\n"
 
     def nv_config(self, rest: list[str]) -> tuple[str, bool]:
         sw = self.sw
-        sub = rest[0] if rest else ""
+        if not rest:
+            return "Usage:\n  nv config [options] <command> [<args>...]\n", False
+        sub = unique_prefix(rest[0], CONFIG_SUBS)
         opts = rest[1:]
+        if sub is None:
+            head = "Usage:\n  nv config [options] <command> [<args>...]\n\n"
+            return f"{head}Error: Unknown command: {rest[0]}\n", False
         if sub == "diff":
-            revs = [o for o in opts if not o.startswith("-")]
-            names = {
-                "applied": sw.applied,
-                "pending": sw.pending,
-                "empty": {},
-                "startup": yaml.safe_load(sw.startup_path.read_text()) if sw.startup_path.exists() else {},
-            }
-            if len(revs) == 2:
-                return sw.diff_text(names.get(revs[0], {}), names.get(revs[1], {})), False
-            return sw.diff_text(sw.applied, sw.pending), False
+            revs, fmt, _rev = self._show_opts(opts)
+            if len(revs) > 2:
+                raise NvueError("Usage:\n  nv config diff [<revision-base>] [<revision-target>]")
+            names = revs or ["applied", "pending"]
+            if len(names) == 1:
+                names = [names[0], "pending"]
+            trees = [sw.named_tree(n) for n in names]
+            for n, t in zip(names, trees, strict=True):
+                if t is None:
+                    raise NvueError(f"Error: Revision '{n}' not found")
+            items = sw.diff_items(trees[0], trees[1])  # type: ignore[arg-type]
+            if fmt == "json":
+                return json.dumps(items, indent=2) + "\n", False
+            return (yaml.safe_dump(items, default_flow_style=False, sort_keys=True) if items else ""), False
         if sub == "apply":
-            if "--confirm-yes" in opts:
-                if sw.confirm_deadline is None:
-                    raise NvueError("Error: There is no pending confirm")
-                sw.confirm_deadline = sw.confirm_rollback = None
-                return f"applied [rev_id: {sw.rev}]\n", True
-            if "--confirm-no" in opts:
-                if sw.confirm_deadline is not None:
-                    sw.confirm_deadline = 0.0
-                    sw.check_confirm()
-                return "", True
-            if "--confirm-status" in opts:
-                if sw.confirm_deadline is None:
-                    return "No pending confirm\n", False
-                return f"{max(0, round(sw.confirm_deadline - time.monotonic()))} seconds left\n", False
-            confirm = None
-            if "--confirm" in opts:
-                idx = opts.index("--confirm")
-                nxt = opts[idx + 1] if idx + 1 < len(opts) else ""
-                confirm = parse_duration(nxt) if nxt and not nxt.startswith("-") else None
-                if confirm is None:
-                    confirm = 600.0 if not nxt or nxt.startswith("-") else None
-                if confirm is None:
-                    raise NvueError(f"Error: Invalid confirm time '{nxt}'")
-            return sw.apply(confirm), True
+            return self._config_apply(opts)
         if sub == "confirm":  # convenience alias; real NVUE uses 'nv config apply --confirm-yes'
-            return self.nv_config(["apply", "--confirm-yes"])
+            return self._config_apply(["--confirm-yes"])
         if sub == "detach":
             sw.pending = copy.deepcopy(sw.applied)
             return "", True
         if sub == "save":
             sw.save()
+            if sw.revisions.get(sw.rev, {}).get("state") == "applied":
+                sw.revisions[sw.rev]["state"] = "applied_and_saved"
             return "saved\n", False
-        if sub == "show":
-            if "-o" in opts and "commands" in opts:
-                return "".join(f"nv set {c}\n" for c in _commands(sw.applied)), False
-            header = {
-                "header": {
-                    "model": "SN4700",
-                    "nvue-api-version": "nvue_v1",
-                    "rev-id": 1.0,
-                    "version": "Cumulus Linux 5.14.0",
+        if sub in {"history", "revision"}:
+            _w, fmt, _r = self._show_opts(opts)
+            return self._history(fmt, sub), False
+        # show
+        _w, fmt, _r = self._show_opts(opts)
+        if fmt == "commands":
+            return "".join(f"nv set {c}\n" for c in _commands(sw.applied)), False
+        header = {
+            "header": {"model": "SN4700", "nvue-api-version": "nvue_v1", "rev-id": 1.0, "version": sw.version}
+        }
+        if fmt == "json":  # `nv config show -o json`: the same list, as JSON
+            return json.dumps([header, {"set": sw.applied}], indent=2) + "\n", False
+        return yaml.safe_dump([header, {"set": sw.applied}], default_flow_style=False), False
+
+    def _config_apply(self, opts: list[str]) -> tuple[str, bool]:
+        sw = self.sw
+        if "--confirm-yes" in opts:
+            return f"applied [rev_id: {sw.confirm_yes()}]\n", True
+        if "--confirm-no" in opts:
+            if sw.confirm_deadline is not None:
+                sw.confirm_deadline = 0.0
+                sw.check_confirm()
+            return "", True
+        if "--confirm-status" in opts:
+            if sw.confirm_deadline is None:
+                return "No pending confirm\n", False
+            return f"{max(0, round(sw.confirm_deadline - time.monotonic()))} seconds left\n", False
+        confirm = None
+        if "--confirm" in opts:
+            idx = opts.index("--confirm")
+            nxt = opts[idx + 1] if idx + 1 < len(opts) else ""
+            if not nxt or nxt.startswith("-"):
+                confirm = 600.0  # "If you do not confirm within ten minutes, the configuration rolls back"
+            else:
+                confirm = parse_duration(nxt)
+                if confirm is None:
+                    raise NvueError(f"Error: Invalid confirm time '{nxt}'")
+        yes = any(o in {"-y", "--y", "--assume-yes"} for o in opts)
+        no = "--assume-no" in opts
+        warnings = self._apply_warnings()
+        if warnings and not yes:
+            if no:
+                return "\n".join(warnings) + "\n" + CONFIRM_PROMPT + "n\nDeclined apply\n", False
+            self._confirm = float(confirm) if confirm is not None else None
+            return "\n".join(warnings) + "\n\n", False
+        return sw.apply(confirm, self.user), True
+
+    def _history(self, fmt: str, sub: str) -> str:
+        rows = []
+        for rid, r in sorted(self.sw.revisions.items()):
+            rows.append(
+                {
+                    "rev-id": rid,
+                    "state": r["state"],
+                    "apply-id": f"rev_{rid}_apply_1",
+                    "apply-date": r["date"],
+                    "type": r["type"],
+                    "user": r["user"],
+                    "reason": "Config update",
+                    "message": f"Config update by {r['user']}",
                 }
-            }
-            if "-o" in opts and "json" in opts:  # `nv config show -o json`: the same list, as JSON
-                return json.dumps([header, {"set": sw.applied}], indent=2) + "\n", False
-            return yaml.safe_dump([header, {"set": sw.applied}], default_flow_style=False), False
-        return f"Usage: nv config [options] <command> [<args>...]\n\nError: Unknown command: {sub}\n", False
+            )
+        if fmt == "json":
+            return json.dumps({str(r["rev-id"]): r for r in rows}, indent=2) + "\n"
+        if fmt == "yaml" or sub == "history":
+            return yaml.safe_dump(rows, default_flow_style=False, sort_keys=True)
+        # `nv config revision`: the table of the NVUE Command Reference, "Config Commands"
+        head = ["Rev ID", "State", "Apply ID", "Apply Date", "Type", "User", "Reason", "Message"]
+        keys = ["rev-id", "state", "apply-id", "apply-date", "type", "user", "reason", "message"]
+        widths = [max(len(h), *(len(str(r[k])) for r in rows)) for h, k in zip(head, keys, strict=True)]
+        out = [
+            "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+            "  ".join("-" * w for w in widths),
+        ]
+        for r in rows:
+            out.append("  ".join(str(r[k]).ljust(w) for k, w in zip(keys, widths, strict=True)).rstrip())
+        return "\n".join(out) + "\n"
+
+
+def _render(node: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(node, indent=2) + "\n"
+    if node is None or node == {}:
+        return "" if fmt != "yaml" else "{}\n"
+    if not isinstance(node, dict | list):
+        return f"{node}\n"
+    return yaml.safe_dump(node, default_flow_style=False)
 
 
 def _commands(tree: Any, prefix: str = "") -> list[str]:

@@ -12,13 +12,15 @@ logged with its method (sshd logs ``Accepted publickey for USER`` / ``Accepted p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from .nvue import NvueSession, NvueSwitch
+from .nvue import DEFAULT_RELEASE, NvueSession, NvueSwitch
+from .nvue_api import NvueApiServer
 from .onyx import OnyxSession, OnyxSwitch
 
 __all__ = ["SwitchServer", "build_switch", "serve"]
@@ -27,11 +29,19 @@ log = logging.getLogger("fabricops.lab.switchd")
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
 
 
-def build_switch(os_name: str, name: str, ports: list[str], state_dir: str, fabric_file: str | None) -> Any:
+def build_switch(
+    os_name: str,
+    name: str,
+    ports: list[str],
+    state_dir: str,
+    fabric_file: str | None,
+    release: str | None = None,
+    password: str | None = None,
+) -> Any:
     if os_name == "onyx":
         return OnyxSwitch(name, ports, state_dir, fabric_file)
-    if os_name == "cumulus":
-        return NvueSwitch(name, ports, state_dir, fabric_file)
+    if os_name == "cumulus":  # the login password is also the sudo password, as for a Cumulus user
+        return NvueSwitch(name, ports, state_dir, fabric_file, release or DEFAULT_RELEASE, password)
     raise ValueError(f"unknown switch OS {os_name!r} (onyx or cumulus)")
 
 
@@ -80,6 +90,12 @@ async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str
         OnyxSession(switch) if os_name == "onyx" else NvueSession(switch, process.get_extra_info("username"))
     )
     write = process.stdout.write
+
+    def echo() -> None:  # sudo reads its password without echo (termios ECHO off), as on the host
+        if os_name == "cumulus":
+            with contextlib.suppress(Exception):
+                process.channel.set_echo(not sess.wants_password)
+
     try:
         write(sess.banner() + sess.prompt())
         while True:
@@ -97,6 +113,7 @@ async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str
                 process.channel.get_connection().abort()
                 return
             write(out + sess.prompt())
+            echo()
     except (asyncssh.ConnectionLost, BrokenPipeError, ConnectionResetError):
         return
     process.exit(0)
@@ -113,12 +130,19 @@ async def serve(
     state_dir: str,
     fabric_file: str | None,
     authorized_keys: str | None = None,
+    release: str | None = None,
+    api_port: int | None = None,
+    api_password: str | None = None,
 ) -> asyncssh.SSHAcceptor:
-    """Serve one switch; ``password`` None: key-only; ``authorized_keys``: an OpenSSH file of keys."""
+    """Serve one switch; ``password`` None: key-only; ``authorized_keys``: an OpenSSH file of keys.
+
+    Cumulus: ``release`` picks the Cumulus Linux release emulated (``nvue.RELEASES``); ``api_port``
+    (8765 on a real switch; 0: any free port) also serves the NVUE REST API over HTTPS on ``listen``,
+    basic auth with the switch user and ``api_password`` (default: the login password)."""
     authorized = load_authorized_keys(authorized_keys)
     if password is None and not authorized:
         raise ValueError("a switch needs a password or authorized keys, or nobody can log in")
-    switch = build_switch(os_name, name, ports, state_dir, fabric_file)
+    switch = build_switch(os_name, name, ports, state_dir, fabric_file, release, password)
     if not Path(host_key).exists():
         key = asyncssh.generate_private_key("ssh-ed25519")
         key.write_private_key(host_key)
@@ -142,8 +166,15 @@ async def serve(
         async def ticker() -> None:  # `nv config apply --confirm` rolls back on time, even when idle
             while True:
                 await asyncio.sleep(0.2)
-                switch.check_confirm()
+                with switch.lock:
+                    switch.check_confirm()
 
         acceptor._fabricops_ticker = asyncio.get_running_loop().create_task(ticker())  # type: ignore[attr-defined]
+        api_secret = api_password if api_password is not None else password
+        if api_port is not None:
+            if not api_secret:
+                raise ValueError("the NVUE REST API needs a password (HTTP basic auth)")
+            api = NvueApiServer(switch, listen, api_port, USERS[os_name], api_secret, state_dir)
+            acceptor._fabricops_api = api  # type: ignore[attr-defined]
     acceptor._fabricops_switch = switch  # type: ignore[attr-defined]
     return acceptor

@@ -51,6 +51,8 @@ class SwitchPlatform:
     path_knobs: tuple[str, ...] = ()
     #: the knob table, in send order (global before per-port)
     knobs: tuple[Any, ...] = ()
+    #: the OS serves a REST API ``roce_switch`` can use instead of the CLI (``roce_switch_transport``)
+    rest_api: bool = False
 
     # ------------------------------------------------------------------ the table
 

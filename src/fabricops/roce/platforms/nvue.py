@@ -104,6 +104,7 @@ class NvuePlatform(SwitchPlatform):
     name = "cumulus"
     title = "Cumulus"
     netmiko_device_type = "cumulus_linux"
+    rest_api = True  # NVUE API, HTTPS on 8765 (fabricops.switch.nvue_rest)
     buffer_pools = (None, "lossless", "lossless-single-ipool")
     default_buffer_pool = "lossless"
     path_knobs = ("pfc_priority", "trust", "dscp_map", "sp_tc", "ecn_enable")

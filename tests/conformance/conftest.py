@@ -1,0 +1,1 @@
+"""Conformance: real clients nobody on this project wrote, against the emulated switches."""
