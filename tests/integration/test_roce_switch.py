@@ -160,3 +160,40 @@ def test_password_never_in_output(converged, ansible_playbook):
     for name in SWITCHES:
         pw = _password(name)
         assert pw and pw not in run.stdout and pw not in run.stderr
+
+
+def _rest_vars(name):
+    """The NVUE leaf over its REST API: the API logs in with the password (basic auth); the lab's
+    Cumulus SSH login is key-only, so the password comes from the switch's password file."""
+    pw_file = _switch_dir(name) / "password"
+    lookup = "{{ lookup('ansible.builtin.file', '" + str(pw_file) + "') }}"
+    return json.dumps({"roce_switch_transport": "rest", "roce_switch_password": lookup})
+
+
+def test_rest_and_cli_converge_the_nvue_leaf_identically(converged, ansible_playbook):
+    """issue 17: roce_switch over the NVUE REST API and over the CLI give the same switch, the same
+    commands and the same idempotent second run."""
+    name = "leaf-cumulus"
+    limit = ("--limit", name)
+    try:
+        rest = ansible_playbook(PLAYBOOK, *limit, "--diff", "-e", MOVE_CLASS, "-e", _rest_vars(name))
+        assert rest.rc == 0, rest.stdout[-3000:]
+        assert rest.hosts[name]["changed"] == 1
+        over_rest = _config(name)
+        again = ansible_playbook(PLAYBOOK, *limit, "-e", MOVE_CLASS, "-e", _rest_vars(name))
+        assert again.rc == 0 and again.hosts[name]["changed"] == 0, again.stdout[-3000:]
+        check = ansible_playbook(PLAYBOOK, *limit, "--check", "-e", MOVE_CLASS, "-e", _rest_vars(name))
+        assert check.rc == 0 and check.hosts[name]["changed"] == 0, check.stdout[-3000:]
+
+        back = ansible_playbook(PLAYBOOK, *limit)  # the lab's definition again, over the CLI
+        assert back.rc == 0 and back.hosts[name]["changed"] == 1, back.stdout[-3000:]
+        cli = ansible_playbook(PLAYBOOK, *limit, "--diff", "-e", MOVE_CLASS)
+        assert cli.rc == 0 and cli.hosts[name]["changed"] == 1, cli.stdout[-3000:]
+        assert _config(name) == over_rest  # running and saved, byte for byte
+
+        def diff_lines(run):
+            return sorted(ln for ln in run.stdout.splitlines() if ln.startswith(("+", "-")))
+
+        assert diff_lines(cli) == diff_lines(rest) != []
+    finally:
+        ansible_playbook(PLAYBOOK, *limit)
