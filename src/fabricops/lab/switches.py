@@ -208,7 +208,9 @@ def switchd_command(sw: dict[str, Any], info: dict[str, Any]) -> list[str]:
         "--host-key", info["host_key"], "--password-file", info["password_file"],
         "--state-dir", info["state_dir"], "--fabric-file", info["fabric_file"],
         "--ports", ",".join(str(p) for p in sw.get("ports", [])),
-    ] + (["--authorized-keys", info["authorized_keys"]] if info.get("authorized_keys") else [])
+    ] + (["--authorized-keys", info["authorized_keys"]] if info.get("authorized_keys") else []) + (
+        ["--release", sw["release"]] if sw.get("release") else []
+    )
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -64,7 +64,7 @@ PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
 PORT_KEYS = {"port", "link_layer", "speed", "width", "netdev", "port_guid", "mac"}
-SWITCH_KEYS = {"name", "os", "model", "ports"}
+SWITCH_KEYS = {"name", "os", "model", "ports", "release"}
 PORTS_KEYS = {"format", "first", "count"}
 CABLE_KEYS = {"host", "netdev", "switch", "port"}
 
@@ -368,7 +368,7 @@ class _Validator:
         name = self.string(s["name"], f"{where}.name", NAME_RE, "switch name (lower case, digits, '-')")
         os_ = self.choice(s["os"], f"{where}.os", SWITCH_OS, "a switch OS")
         ports = self.switch_ports(s["ports"], f"{where}.ports")
-        return {
+        out = {
             "name": name,
             "os": os_,
             "model": self.string(s.get("model", ""), f"{where}.model"),
@@ -376,6 +376,15 @@ class _Validator:
             "mgmt_ip": f"{MGMT_NET}.{SWITCH_IP_BASE + index}",
             "ports": ports,
         }
+        if "release" in s:  # the OS release the emulated switch answers as (Onyx only; see lab-fidelity.md)
+            if os_ != "onyx":
+                raise self.err(f"{where}.release", f"only onyx switches have a selectable release, not {os_}")
+            from .switchd.onyx_releases import RELEASES
+
+            out["release"] = self.choice(
+                str(s["release"]), f"{where}.release", tuple(RELEASES), "an emulated Onyx release"
+            )
+        return out
 
     def switch_ports(self, value: Any, where: str) -> list[str]:
         if isinstance(value, list):

@@ -149,6 +149,12 @@ def get_roce_data(connection: Any, os_name: str, ports: Sequence[str] = ()) -> d
     """Raw CLI text of everything the RoCE resource reads (show commands only)."""
     send = connection.send_command
     if os_name == "onyx":
+        # `show running-config` and the RoCE shows are enable-mode commands: standard mode (the `>`
+        # prompt netmiko logs in at) "only has commands to query a restricted set of state
+        # information" (NVIDIA MLNX-OS/Onyx User Manual v3.10.4400, "Command Line Interface (CLI)")
+        enable = getattr(connection, "enable", None)
+        if callable(enable):
+            enable()
         data = {
             "running-config": send("show running-config"),
             "pfc": send("show dcb priority-flow-control | json-print"),

@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--fabric-file", default=None, help="normalised switches/NAME.json to write")
     ap.add_argument("--ports", required=True, help="Eth1/1,Eth1/2,... or swp1,swp2,...")
+    ap.add_argument("--release", default=None, help="the OS release to answer as (Onyx: 3.10.4504, 3.6.5000)")
     ap.add_argument("--ready-file", default=None, help="touched once the server listens")
     a = ap.parse_args(argv)
     if not a.password_file and not a.authorized_keys:
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             a.state_dir,
             a.fabric_file,
             authorized_keys=a.authorized_keys,
+            release=a.release,
         )
         if a.ready_file:
             Path(a.ready_file).write_text(f"{a.port}\n", encoding="utf-8")

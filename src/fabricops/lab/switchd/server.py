@@ -27,9 +27,12 @@ log = logging.getLogger("fabricops.lab.switchd")
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
 
 
-def build_switch(os_name: str, name: str, ports: list[str], state_dir: str, fabric_file: str | None) -> Any:
+def build_switch(
+    os_name: str, name: str, ports: list[str], state_dir: str, fabric_file: str | None,
+    release: str | None = None,
+) -> Any:
     if os_name == "onyx":
-        return OnyxSwitch(name, ports, state_dir, fabric_file)
+        return OnyxSwitch(name, ports, state_dir, fabric_file, release=release)
     if os_name == "cumulus":
         return NvueSwitch(name, ports, state_dir, fabric_file)
     raise ValueError(f"unknown switch OS {os_name!r} (onyx or cumulus)")
@@ -113,12 +116,15 @@ async def serve(
     state_dir: str,
     fabric_file: str | None,
     authorized_keys: str | None = None,
+    release: str | None = None,
 ) -> asyncssh.SSHAcceptor:
     """Serve one switch; ``password`` None: key-only; ``authorized_keys``: an OpenSSH file of keys."""
     authorized = load_authorized_keys(authorized_keys)
     if password is None and not authorized:
         raise ValueError("a switch needs a password or authorized keys, or nobody can log in")
-    switch = build_switch(os_name, name, ports, state_dir, fabric_file)
+    switch = build_switch(
+        os_name, name, ports, state_dir, fabric_file, release=release if os_name == "onyx" else None
+    )
     if not Path(host_key).exists():
         key = asyncssh.generate_private_key("ssh-ed25519")
         key.write_private_key(host_key)
