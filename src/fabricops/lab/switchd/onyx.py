@@ -649,6 +649,7 @@ _SHOW_TREE: dict[str, Any] = {
     "qos": {"interface": {"ethernet": {}}},
     "roce": {},
     "traffic": {"pool": {}},
+    "module": {},
 }
 _USER_TREE: dict[str, Any] = {
     "enable": {},
@@ -1154,6 +1155,12 @@ class OnyxSession:
             return sw.show_roce()
         if s == "show version":
             return sw.show_version(as_json)
+        if s == "show module":  # mellanox.onyx fixture onyx_facts_show_module.cfg (onyx_facts "modules")
+            return (
+                json.dumps({"MGMT": [{"Status": "ready"}]}, indent=4) + "\n"
+                if as_json
+                else "Module      Status\n---------------------\nMGMT        ready\n"
+            )
         if s == "show hosts":
             return sw.show_hosts()
         if s == "show clock":

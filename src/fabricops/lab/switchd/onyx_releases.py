@@ -12,6 +12,10 @@ Each release's output forms follow real captures (docs/lab-fidelity.md lists the
   branch on it) print ``show interfaces ethernet`` JSON as a list of one-key dicts
   ``[{"Eth1/1": [{...}]}]`` and the PFC JSON as a list of blocks whose third block holds the
   interfaces (onyx_pfc_interface reads ``pfc_config[2]``); Product name "Onyx".
+- ``3.9.3202``: the same shapes as 3.10. It is here because mellanox.onyx compares releases as
+  strings (``self._os_version >= self.ONYX_API_VERSION``): "3.9.3202" >= "3.6.6000" holds, but
+  "3.10.4504" >= "3.6.6000" does not, so on 3.10 those modules take their pre-3.6.6000 branch and
+  misread the real JSON (tests/conformance/onyx says which calls fail that way and why).
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ RELEASES: dict[str, dict[str, object]] = {
         "product_name": "MLNX-OS",
         "build_date": "2017-11-10 18:14:32",
         "built_by": "jenkins@cc45f26cd083",
+    },
+    "3.9.3202": {
+        "api": True,
+        "product_name": "Onyx",
+        "build_date": "2021-06-14 11:32:20",  # not from a capture
+        "built_by": "sw-r2d2-bot@6c6a7e8d7c1b",
     },
     "3.10.4504": {
         "api": True,
