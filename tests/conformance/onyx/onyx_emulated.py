@@ -90,7 +90,8 @@ class OnyxUnderTest:
             "ANSIBLE_PERSISTENT_CONTROL_PATH_DIR": str(self.tmp / "pc"),
             "LANG": "C.UTF-8",
         }
-        cmd = [str(venv / "bin" / "ansible-playbook"), "-i", str(inv), str(pb), *(["--check"] if check else [])]
+        cmd = [str(venv / "bin" / "ansible-playbook"), "-i", str(inv), str(pb)]
+        cmd += ["--check"] if check else []
         t0 = time.monotonic()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         self.last_seconds = time.monotonic() - t0
