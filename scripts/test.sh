@@ -23,5 +23,7 @@ if [[ ${CI:-} == true ]]; then
   export FABRICOPS_REQUIRE_LAB=1
   fabricops lab down >/dev/null 2>&1 || true
 fi
+echo "== conformance venv (real clients: mellanox.onyx in Ansible 7.7.0)"
+bash scripts/conformance-venv.sh
 echo "== pytest"
 python -m pytest -p no:cacheprovider "$@"

@@ -368,7 +368,7 @@ class _Validator:
         name = self.string(s["name"], f"{where}.name", NAME_RE, "switch name (lower case, digits, '-')")
         os_ = self.choice(s["os"], f"{where}.os", SWITCH_OS, "a switch OS")
         ports = self.switch_ports(s["ports"], f"{where}.ports")
-        return {
+        out = {
             "name": name,
             "os": os_,
             "model": self.string(s.get("model", ""), f"{where}.model"),
@@ -377,6 +377,15 @@ class _Validator:
             "ports": ports,
             **self.switch_release(s, where, os_),
         }
+        if "release" in s:  # the OS release the emulated switch answers as (Onyx only; see lab-fidelity.md)
+            if os_ != "onyx":
+                raise self.err(f"{where}.release", f"only onyx switches have a selectable release, not {os_}")
+            from .switchd.onyx_releases import RELEASES
+
+            out["release"] = self.choice(
+                str(s["release"]), f"{where}.release", tuple(RELEASES), "an emulated Onyx release"
+            )
+        return out
 
     def switch_release(self, s: dict[str, Any], where: str, os_: str) -> dict[str, Any]:
         """Optional ``release:`` of an emulated Cumulus switch (``nvue.RELEASES``: 5.4, 5.14)."""

@@ -186,7 +186,9 @@ def apply_onyx(
     if not save:
         return result
     try:
-        out = _send(conn, "configuration write")
+        # a config-mode command on Onyx (netmiko's own save_config and mellanox.onyx onyx_config send
+        # it inside `configure terminal`): sent through config mode, as they do
+        out = conn.send_config_set([check_line("configuration write")], read_timeout=READ_TIMEOUT) or ""
         if re.search(ONYX_ERROR, out, re.M):
             raise _Step("save", f"configuration write answered: {_squeeze(out)}")
     except Exception as exc:
@@ -214,12 +216,12 @@ def _restore_onyx(reconnect: Connector, before: list[str], before_facts: Facts) 
             ["unknown: the switch could not be read back"],
         )
     try:
+        enable = getattr(conn, "enable", None)
+        if callable(enable):  # show running-config is an enable-mode command (see get_roce_data)
+            enable()
         facts = facts_from_onyx_config(_send(conn, "show running-config"))
         undo = [check_line(c) for c in compute("overridden", before_facts, facts, "onyx")]
         if undo:
-            enable = getattr(conn, "enable", None)
-            if callable(enable):
-                enable()
             conn.send_config_set(undo, error_pattern=ONYX_ERROR, read_timeout=READ_TIMEOUT)
         now = onyx_lines(_send(conn, "show running-config"))
     except Exception as exc:

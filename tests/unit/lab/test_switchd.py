@@ -374,7 +374,8 @@ def _onyx(tmp_path, fabric=True):
         tmp_path / "onyx.json" if fabric else None,
     )
     sess = OnyxSession(sw)
-    for line in ("enable", "configure terminal"):
+    # every real client turns paging off first (netmiko, Ansible's onyx terminal plugin)
+    for line in ("no cli session paging enable", "enable", "configure terminal"):
         assert sess.handle(line) == ("", False)
     return sw, sess
 

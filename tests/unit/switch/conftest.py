@@ -34,6 +34,8 @@ class EngineConnection:
     def __init__(self, switch, os_name, log):
         self.switch, self.os = switch, os_name
         self.session = OnyxSession(switch) if os_name == "onyx" else NvueSession(switch)
+        if os_name == "onyx":  # netmiko's session preparation (mellanox_mlnxos disable_paging)
+            self.session.handle("no cli session paging enable")
         self.log = log  # shared across sessions: every line sent, in order
         self.dead = False
 
@@ -64,8 +66,14 @@ class EngineConnection:
         return out
 
     def save_config(self):
+        # as netmiko's MellanoxMlnxosSSH.save_config: enable, config mode, configuration write, exit
+        # (`configuration write` is a config-mode command on Onyx)
         self.enable()
-        return self._line("configuration write")
+        if self.os != "onyx":
+            return self._line("configuration write")
+        out = self._line("configure terminal") if self.session.mode == "enable" else ""
+        out += self._line("configuration write")
+        return out + self._line("exit")
 
     def disconnect(self):
         self.dead = True

@@ -24,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fabric-file", default=None, help="normalised switches/NAME.json to write")
     ap.add_argument("--ports", required=True, help="Eth1/1,Eth1/2,... or swp1,swp2,...")
     ap.add_argument("--ready-file", default=None, help="touched once the server listens")
-    ap.add_argument("--release", default=None, help="Cumulus: the Cumulus Linux release emulated (5.4, 5.14)")
+    ap.add_argument(
+        "--release", default=None,
+        help="the OS release to answer as (Onyx: 3.10.4504, 3.9.3202, 3.6.5000; Cumulus: 5.4, 5.14)",
+    )
     ap.add_argument(
         "--api-port", type=int, default=None, help="Cumulus: serve the NVUE REST API (HTTPS) here"
     )

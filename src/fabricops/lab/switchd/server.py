@@ -39,7 +39,7 @@ def build_switch(
     password: str | None = None,
 ) -> Any:
     if os_name == "onyx":
-        return OnyxSwitch(name, ports, state_dir, fabric_file)
+        return OnyxSwitch(name, ports, state_dir, fabric_file, release=release)
     if os_name == "cumulus":  # the login password is also the sudo password, as for a Cumulus user
         return NvueSwitch(name, ports, state_dir, fabric_file, release or DEFAULT_RELEASE, password)
     raise ValueError(f"unknown switch OS {os_name!r} (onyx or cumulus)")
