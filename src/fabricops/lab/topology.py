@@ -377,23 +377,23 @@ class _Validator:
             "ports": ports,
             **self.switch_release(s, where, os_),
         }
-        if "release" in s:  # the OS release the emulated switch answers as (Onyx only; see lab-fidelity.md)
-            if os_ != "onyx":
-                raise self.err(f"{where}.release", f"only onyx switches have a selectable release, not {os_}")
-            from .switchd.onyx_releases import RELEASES
-
-            out["release"] = self.choice(
-                str(s["release"]), f"{where}.release", tuple(RELEASES), "an emulated Onyx release"
-            )
         return out
 
     def switch_release(self, s: dict[str, Any], where: str, os_: str) -> dict[str, Any]:
-        """Optional ``release:`` of an emulated Cumulus switch (``nvue.RELEASES``: 5.4, 5.14)."""
-        if "release" not in s or os_ != "cumulus":
+        """Optional ``release:``: the OS release the emulated switch answers as (docs/lab-fidelity.md):
+        Onyx ``onyx_releases.RELEASES``, Cumulus ``nvue.RELEASES`` (5.4, 5.14); none for InfiniBand."""
+        if "release" not in s:
             return {}
-        from fabricops.lab.switchd.nvue import RELEASES
+        if os_ == "onyx":
+            from .switchd.onyx_releases import RELEASES as ONYX
 
-        return {"release": self.choice(str(s["release"]), f"{where}.release", tuple(RELEASES), "a release")}
+            return {"release": self.choice(str(s["release"]), f"{where}.release", tuple(ONYX),
+                                           "an emulated Onyx release")}
+        if os_ == "cumulus":
+            from .switchd.nvue import RELEASES as NVUE
+
+            return {"release": self.choice(str(s["release"]), f"{where}.release", tuple(NVUE), "a release")}
+        raise self.err(f"{where}.release", f"only onyx and cumulus switches have a release, not {os_}")
 
     def switch_ports(self, value: Any, where: str) -> list[str]:
         if isinstance(value, list):
