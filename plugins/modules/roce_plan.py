@@ -28,6 +28,11 @@ options:
     suboptions:
       # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate roce
+      lossless:
+        description: >-
+          true: PFC on lossless_priority (lossless RoCE); false: lossy RoCE, ECN only, PFC off on hosts
+          and switches (NVUE qos roce mode lossy). Default true.
+        type: bool
       lossless_priority:
         description: The one priority with PFC (RoCE data). Default 3.
         type: int

@@ -122,6 +122,7 @@ class Context:
 
     expected_rate_gbps: dict[str, float] = field(default_factory=dict)  # link layer -> Gb/s
     lossless_priority: int | None = None
+    lossless: bool = True  # False: lossy RoCE, PFC must be off everywhere (fabricops_roce.lossless)
     flaps_fail_at: int = 5
     flaps_source: str = "Azure/azurehpc-health-checks customTests/azure_ib_link_flapping.nhc"
     storm_share: float = 0.5
@@ -397,10 +398,12 @@ def _roce_findings(host: str, raw: Raw, ctx: Context, sysfs: Mapping[str, Any]) 
         if prio is not None and host_pfc is not None:
             sw_pfc = sw.get("pfc_priorities") if sw else None
             problems = []
-            if host_pfc != [prio]:
+            want_pfc = [prio] if ctx.lossless else []
+            if host_pfc != want_pfc:
+                wanted = f"priority {prio}" if ctx.lossless else "no PFC (lossy RoCE)"
                 problems.append(
                     f"mlnx_qos -i {netdev}: PFC on {host_pfc or 'no priority'}, RoCE definition "
-                    f"wants priority {prio}"
+                    f"wants {wanted}"
                 )
             if sw_pfc is not None and sorted(sw_pfc) != sorted(host_pfc):
                 problems.append(f"switch {sw['switch']} {sw['port']}: PFC on {sw_pfc}, host on {host_pfc}")
@@ -410,8 +413,13 @@ def _roce_findings(host: str, raw: Raw, ctx: Context, sysfs: Mapping[str, Any]) 
                         host,
                         "pfc_mismatch",
                         SYMPTOM_SLOW,
-                        f"PFC differs between {netdev} and the fabric: RoCE traffic is lossy, drops trigger "
-                        "go-back-N retransmissions ('Transport retry count exceeded' under load)",
+                        (
+                            f"PFC differs between {netdev} and the fabric: RoCE traffic is lossy, drops "
+                            "trigger go-back-N retransmissions ('Transport retry count exceeded' under load)"
+                            if ctx.lossless
+                            else f"PFC is on at {netdev} in a lossy RoCE fabric: its pauses stall the "
+                            "priority while the switches drop instead of pausing"
+                        ),
                         problems,
                         "Run the roce_host role (and roce_switch for the switch side).",
                         key,
@@ -750,10 +758,12 @@ def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = Non
             pass
     # the lossless priority the roce_host role applied: roce_host_roce over fabricops_roce,
     # validated with its defaults ({dscp: 26} -> 3); a definition that does not validate is an error
-    from fabricops.roce.desired import DesiredStateError, lossless_priority
+    from fabricops.roce.desired import DesiredStateError, desired_state
 
     try:
-        ctx.lossless_priority = lossless_priority(hostvars)
+        roce = desired_state(hostvars).roce
+        ctx.lossless_priority = roce.lossless_priority if roce is not None else None
+        ctx.lossless = roce.lossless if roce is not None else True
     except DesiredStateError as exc:
         raise ContextError(f"malformed context ({exc.detail})") from None
     cabling = hostvars.get("fabricops_cabling") or []

@@ -50,6 +50,7 @@ class RoceConfig:
     cable_length_m: int | None  #: mlnx_qos --cable_len (headroom sizing); None = leave as it is
     roce_mode: int  #: rdma_cm default RoCE mode: 1 (v1) or 2 (v2)
     dscp_map: dict[int, int] = field(default_factory=dict)  #: extra DSCP -> priority entries
+    lossless: bool = True  #: PFC on the lossless priority; False: lossy RoCE (ECN only, no PFC)
 
     @property
     def tos(self) -> int:
@@ -60,8 +61,8 @@ class RoceConfig:
 
     @property
     def pfc_vector(self) -> list[int]:
-        """``mlnx_qos --pfc`` vector: 1 on the lossless priority only."""
-        return [1 if p == self.lossless_priority else 0 for p in range(8)]
+        """``mlnx_qos --pfc`` vector: 1 on the lossless priority only (all 0 for lossy RoCE)."""
+        return [1 if self.lossless and p == self.lossless_priority else 0 for p in range(8)]
 
     @property
     def dscp2prio(self) -> dict[int, int]:

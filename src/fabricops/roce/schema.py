@@ -131,6 +131,11 @@ def _int(value: Any, where: str, lo: int | None, hi: int | None) -> int:
 #: "RoCE Commands", Cumulus "RDMA over Converged Ethernet"): RoCE data DSCP 26 on priority 3 (PFC
 #: there only), CNP on DSCP 48 / priority 6, ECN 150/1500 KB. Order = the order of errors and docs.
 FIELDS: tuple[Field, ...] = (
+    Field(
+        "lossless", "bool", True,
+        "true: PFC on lossless_priority (lossless RoCE); false: lossy RoCE, ECN only, PFC off on hosts and "
+        "switches (NVUE qos roce mode lossy).", BOTH,
+    ),
     Field("lossless_priority", "int", 3, "The one priority with PFC (RoCE data).", BOTH, 0, 7),
     Field("dscp", "int", 26, "DSCP of RoCE data (ToS = DSCP << 2 | 2, so 26 gives 106).", BOTH, 0, 63),
     Field("cnp_dscp", "int", 48, "DSCP of congestion notification packets (not dscp).", BOTH, 0, 63),

@@ -146,9 +146,12 @@ class NvuePlatform(SwitchPlatform):
         lp, cnp = r.lossless_priority, r.cnp_priority
         w = spec.ets_lossless_percent
         facts: Facts = {}
-        if spec.buffer_pool:
+        if not r.lossless:  # lossy RoCE: `nv set qos roce mode lossy` (5.x user guide, "RoCE"), no PFC
+            facts[("roce_mode",)] = "lossy"
+        elif spec.buffer_pool:
             facts[("roce_mode",)] = spec.buffer_pool
-        facts[("pfc_priority", lp)] = True
+        if r.lossless:
+            facts[("pfc_priority", lp)] = True
         facts[("trust",)] = "l3" if r.trust == "dscp" else "l2"
         if r.trust == "dscp":
             for d, prio in r.dscp2prio.items():
@@ -165,7 +168,7 @@ class NvuePlatform(SwitchPlatform):
         if lp != 0 and cnp != 0:
             facts[("ets_mode", 0)] = "dwrr"
             facts[("ets_bw", 0)] = 100 - w
-        if spec.pfc_watchdog:
+        if spec.pfc_watchdog and r.lossless:  # the watchdog guards PFC; lossy has none
             for p in spec.ports:
                 facts[("port_pfc_wd", p)] = True
         return facts
@@ -181,6 +184,11 @@ class NvuePlatform(SwitchPlatform):
             roce["lossless_priority"] = prios[0]
         elif len(prios) > 1:
             notes.append(f"PFC is on for priorities {prios}; fabricops_roce has one lossless priority")
+        if facts.get(("roce_mode",)) == "lossy":
+            roce["lossless"] = False
+            ecn_on = sorted(k[1] for k, v in facts.items() if k[0] == "ecn_enable" and v == "enable")
+            if not prios and len(ecn_on) == 1:
+                roce["lossless_priority"] = ecn_on[0]
         lp = roce.get("lossless_priority")
         trust = facts.get(("trust",))
         if trust in ("l3", "l2"):

@@ -185,19 +185,22 @@ class OnyxPlatform(SwitchPlatform):
         w = spec.ets_lossless_percent
         facts: Facts = {}
         # Onyx maps switch priority N to traffic class N: the ECN and ETS classes are the priorities.
-        facts[("pfc",)] = True
-        facts[("pfc_priority", lp)] = True
-        if spec.pfc_watchdog:
+        pfc = r.lossless  # lossy RoCE: no PFC and no PFC watchdog; ECN, trust and ETS stay
+        if pfc:
+            facts[("pfc",)] = True
+            facts[("pfc_priority", lp)] = True
+        if spec.pfc_watchdog and pfc:
             facts[("pfc_watchdog",)] = True
         for p in spec.ports:
-            facts[("port_pfc", p)] = True
+            if pfc:
+                facts[("port_pfc", p)] = True
             facts[("port_trust", p)] = spec.trust
             facts[("port_ecn", p, lp)] = (r.ecn.min_kb, r.ecn.max_kb)
             facts[("port_ets", p, cnp)] = "strict"
             facts[("port_ets", p, lp)] = f"wrr {w}"
             if lp != 0 and cnp != 0:
                 facts[("port_ets", p, 0)] = f"wrr {100 - w}"
-            if spec.pfc_watchdog:
+            if spec.pfc_watchdog and pfc:
                 facts[("port_pfc_wd", p)] = True
         return facts
 
