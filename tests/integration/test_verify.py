@@ -176,7 +176,7 @@ def _onyx(name: str):
     from fabricops.verify.transport import Fabric
 
     hv = Fabric(str(INVENTORY)).inventory_vars(name)
-    return transport.connect(
+    conn = transport.connect(
         "onyx",
         hv["ansible_host"],
         hv["ansible_user"],
@@ -184,6 +184,8 @@ def _onyx(name: str):
         port=int(hv.get("ansible_port", 22)),
         known_hosts=hv["fabricops_ssh_known_hosts"],
     )
+    conn.enable()  # show running-config is an enable-mode command (Onyx standard mode is restricted)
+    return conn
 
 
 def _config_body(text: str) -> list[str]:
