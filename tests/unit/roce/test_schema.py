@@ -13,6 +13,7 @@ from fabricops.roce import schema
 def test_defaults_are_the_declared_defaults():
     # NVIDIA's lossless defaults, the values the model had before the declaration moved
     assert model.DEFAULTS == {
+        "lossless": True,
         "lossless_priority": 3,
         "dscp": 26,
         "cnp_dscp": 48,
@@ -70,8 +71,8 @@ def test_unknown_keys_list_the_declared_keys_in_order():
     with pytest.raises(model.RoceConfigError) as err:
         model.validate({"dcsp": 26})
     assert str(err.value) == (
-        "fabricops_roce has unknown key(s) dcsp; allowed: lossless_priority, dscp, cnp_dscp, cnp_priority, "
-        "trust, ecn, cable_length_m, roce_mode, dscp_map."
+        "fabricops_roce has unknown key(s) dcsp; allowed: lossless, lossless_priority, dscp, cnp_dscp, "
+        "cnp_priority, trust, ecn, cable_length_m, roce_mode, dscp_map."
     )
 
 
