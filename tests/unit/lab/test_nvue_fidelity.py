@@ -241,3 +241,23 @@ def test_parser_reads_the_json_diff_like_the_yaml_one(tmp_path):
     as_json = parse_config_diff(_out(sess, "nv config diff -o json"))
     as_yaml = parse_config_diff(_out(sess, "nv config diff"))
     assert not as_json.empty and as_json.changes == as_yaml.changes and as_json.set == as_yaml.set
+
+
+def test_a_rest_revision_stores_values_as_the_cli_does(tmp_path):
+    """The same change made over the API (JSON numbers) and on the CLI (typed words) is the same
+    revision: a lab run over REST and one over the CLI leave the same startup configuration."""
+    cli_sw, sess = _sw(tmp_path / "cli")
+    _out(sess, "nv set qos egress-queue-mapping default-global switch-priority 4 traffic-class 4")
+    _out(sess, "nv set qos congestion-control default-global traffic-class 4 probability 100")
+    _out(sess, "nv set qos mapping default-global dscp 34 switch-priority 4")
+    _out(sess, "nv config apply -y")
+    api_sw, _ = _sw(tmp_path / "api")
+    api = NvueApi(api_sw)
+    rid = next(iter(api.create_revision("cumulus")))
+    api.patch(["qos"], rid, {
+        "egress-queue-mapping": {"default-global": {"switch-priority": {"4": {"traffic-class": 4}}}},
+        "congestion-control": {"default-global": {"traffic-class": {"4": {"probability": 100}}}},
+        "mapping": {"default-global": {"dscp": {"34": {"switch-priority": "4"}}}},
+    })
+    api.patch_revision(rid, {"state": "apply", "auto-prompt": {"ays": "ays_yes"}})
+    assert api_sw.applied == cli_sw.applied and api_sw.startup() == cli_sw.startup() != {}

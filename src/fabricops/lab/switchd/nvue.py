@@ -380,6 +380,20 @@ class NvueSwitch:
 
     def check_tree(self, tree: Any, path: list[str] | None = None) -> str | None:
         """None when TREE (a REST body at PATH) fits the object model, else the complaint."""
+        node = self._schema_at(path)
+        if isinstance(node, str):
+            return node
+        return _check_node(node, tree)
+
+    def typed_tree(self, tree: Any, path: list[str] | None = None) -> Any:
+        """TREE (a checked REST body at PATH) with every leaf stored as the CLI stores it
+        (``Leaf.typed``: a JSON number or the string typed), so a revision is the same whichever
+        way it was made."""
+        node = self._schema_at(path)
+        return tree if isinstance(node, str) else _typed_node(node, tree)
+
+    def _schema_at(self, path: list[str] | None) -> Any:
+        """The schema node at PATH, or the complaint (a str) when PATH leaves the object model."""
         node: Any = SCHEMA
         for p in path or []:
             if isinstance(node, dict) and p in node and node[p] is not None:
@@ -390,7 +404,7 @@ class NvueSwitch:
                 node = PRESENCE
             else:
                 return f"'{p}' is not a valid path element"
-        return _check_node(node, tree)
+        return node
 
     # ---------------------------------------------------------------- config ops
     def diff_items(self, old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
@@ -648,6 +662,19 @@ def _check_node(schema: Any, value: Any) -> str | None:
                 return why
         return None
     return "unknown schema node"
+
+
+def _typed_node(schema: Any, value: Any) -> Any:
+    """VALUE (checked by :func:`_check_node`) with its leaves as the CLI stores them."""
+    if value is None:
+        return None
+    if isinstance(schema, Leaf):
+        return schema.typed(str(value))
+    if isinstance(schema, Coll) and isinstance(value, dict):
+        return {k: _typed_node(schema.child, v) for k, v in value.items()}
+    if isinstance(schema, dict) and isinstance(value, dict):
+        return {k: v if schema.get(k) is None else _typed_node(schema[k], v) for k, v in value.items()}
+    return value
 
 
 def merge_patch(tree: dict[str, Any], path: list[str], body: Any) -> None:

@@ -194,7 +194,7 @@ class NvueApi:
             raise _ApiError(400, why)
         if any(w.startswith("swp") and w not in self.sw.ports for w in _interface_ids(words, body)):
             raise _ApiError(400, "interface does not exist")
-        merge_patch(cs["tree"], words, body)
+        merge_patch(cs["tree"], words, self.sw.typed_tree(body, words))
         return self.sw._get(cs["tree"], *words) if words else cs["tree"]
 
     def delete(self, words: list[str], rev: str | None) -> Any:
