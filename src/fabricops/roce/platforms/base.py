@@ -19,6 +19,17 @@ from fabricops.switch.knobs import Facts, Key
 __all__ = ["SwitchPlatform", "natural", "same"]
 
 
+def runs(nums: Iterable[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of port numbers: [1, 2, 4] -> [(1, 2), (4, 4)] (each OS writes its ranges)."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(nums):
+        if out and n == out[-1][1] + 1:
+            out[-1] = (out[-1][0], n)
+        elif not out or n != out[-1][1]:
+            out.append((n, n))
+    return out
+
+
 def natural(name: Any) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
 

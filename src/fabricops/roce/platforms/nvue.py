@@ -14,7 +14,7 @@ from typing import Any
 
 from fabricops.switch.knobs import PORT_PLACEHOLDER, Facts, Key, NvueKnob, _size_text, bytes_value
 
-from .base import SwitchPlatform, natural
+from .base import SwitchPlatform, natural, runs
 
 __all__ = ["NVUE", "NVUE_KNOBS", "NvuePlatform", "nvue_facts", "nvue_knob"]
 
@@ -124,16 +124,7 @@ class NvuePlatform(SwitchPlatform):
         """['swp1','swp2','swp4'] -> ['swp1-2', 'swp4'] (breakout ports stay single)."""
         singles = [p for p in ports if "s" in p[3:]]
         nums = sorted(int(p[3:]) for p in ports if p not in singles)
-        out: list[str] = []
-        if nums:
-            start = prev = nums[0]
-            for n in [*nums[1:], None]:
-                if n is not None and n == prev + 1:
-                    prev = n
-                    continue
-                out.append(f"swp{start}" if start == prev else f"swp{start}-{prev}")
-                if n is not None:
-                    start = prev = n
+        out = [f"swp{a}" if a == b else f"swp{a}-{b}" for a, b in runs(nums)]
         return out + singles
 
     def group_port_lines(self, text: str, ports: Sequence[str]) -> list[str]:

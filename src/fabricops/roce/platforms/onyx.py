@@ -14,7 +14,7 @@ from typing import Any
 
 from fabricops.switch.knobs import Facts, Key, OnyxKnob
 
-from .base import SwitchPlatform, natural, same
+from .base import SwitchPlatform, natural, runs, same
 
 __all__ = ["ONYX", "ONYX_KNOBS", "OnyxPlatform", "onyx_facts", "onyx_knob"]
 
@@ -147,15 +147,7 @@ class OnyxPlatform(SwitchPlatform):
             parsed.setdefault(slot, []).append(int(num))
         out = []
         for slot, nums in parsed.items():
-            nums.sort()
-            start = prev = nums[0]
-            for n in [*nums[1:], None]:
-                if n is not None and n == prev + 1:
-                    prev = n
-                    continue
-                out.append(f"{slot}/{start}" if start == prev else f"{slot}/{start}-{slot}/{prev}")
-                if n is not None:
-                    start = prev = n
+            out += [f"{slot}/{a}" if a == b else f"{slot}/{a}-{slot}/{b}" for a, b in runs(nums)]
         return out
 
     def group_port_lines(self, text: str, ports: Sequence[str]) -> list[str]:
