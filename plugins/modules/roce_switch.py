@@ -24,6 +24,9 @@ description:
     ProxyCommand in C(ansible_ssh_common_args) or the ssh_config). Vault, inline vault and C(!unsafe)
     values are read as in a play. Credentials are never task arguments and never in the result.
     The same function (C(fabricops.switch.access)) serves C(fabricops verify) and C(fabricops diagnose).
+  - A Cumulus switch with C(roce_switch_transport=rest) is reached over the NVUE REST API instead of SSH
+    (HTTPS on C(roce_switch_api_port), default 8765, the certificate verified against C(roce_switch_api_ca));
+    the states, check mode and diff are the same as over the CLI.
   - SSH host keys are checked against a known_hosts file - O(known_hosts), else C(roce_switch_known_hosts),
     C(fabricops_known_hosts), C(fabricops_ssh_known_hosts), the C(UserKnownHostsFile) in
     C(ansible_ssh_common_args), then C(~/.ssh/known_hosts). Unknown keys are rejected, never added.
