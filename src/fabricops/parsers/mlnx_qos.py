@@ -101,7 +101,13 @@ def parse(text: str) -> MlnxQos:
             continue
         m = _D2P.match(line)
         if m and d2p is not None:
-            vals = [int(v) for v in m.group(2).replace(" ", "").split(",") if v]
+            # mlnx_qos prints "dscp:07,06,...,": digits only between the commas. Joining digits
+            # split by spaces would read "0 0 0" as one (possibly 20,000-digit) number.
+            pieces = [v.strip() for v in m.group(2).split(",")]
+            bad = next((v for v in pieces if v and not (v.isdigit() and len(v) <= 2)), None)
+            if bad is not None:
+                raise ParseError(TOOL, EXPECTED, f"dscp2prio value {bad[:20]!r} is not a DSCP number")
+            vals = [int(v) for v in pieces if v]
             d2p.setdefault(int(m.group(1)), []).extend(vals)
             continue
         if s.startswith("default priority:"):

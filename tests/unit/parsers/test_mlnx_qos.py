@@ -73,3 +73,13 @@ def test_trust_not_supported_but_pfc_present():
 def test_errors(text, match):
     with pytest.raises(ParseError, match=match):
         parse(text)
+
+
+def test_digits_split_by_spaces_are_refused_not_joined():
+    """Found by the fuzz test: "dscp:0 0 0 ..." was joined into one 20,000-digit number, and int()
+    raised ValueError (past Python's 4,300-digit limit) instead of a ParseError."""
+    text = read_fixture("mlnx_qos", "dscp_split_prio_line_buffers.txt")
+    damaged = text.replace("prio:0 dscp:", "prio:0 dscp:" + "0 " * 10001, 1)
+    assert damaged != text
+    with pytest.raises(ParseError, match="is not a DSCP number"):
+        parse(damaged)
