@@ -113,7 +113,7 @@ def snapshot(run: RunFn, ports: Iterable[tuple[str, str, str]], timeout: float =
         host, device, layer = p
         try:
             res = run(host, snapshot_command(device, layer), timeout)
-        except Exception as exc:  # noqa: BLE001 -- a transport failure is a failed read, not a crash
+        except Exception as exc:  # a transport failure is a failed read, not a crash
             return Snapshot(host, device, layer, error=f"could not run: {exc}")
         return read_snapshot(host, device, layer, res)
 
