@@ -357,3 +357,4 @@ def test_perfquery_extended_moves_with_traffic_and_all_ports(root, run):
     devstate.add_counter("mlx5_0", 1, "port_rcv_errors", 3)
     assert parse("perfquery", run("perfquery", "-E", "-r")[1]).counters["PortLocalPhysicalErrors"] == 3
     assert parse("perfquery", run("perfquery", "-E")[1]).counters["PortLocalPhysicalErrors"] == 0
+    assert parse("perfquery", run("perfquery", "-x")[1]).counters["PortXmitData"] == 2 * 10**9  # untouched

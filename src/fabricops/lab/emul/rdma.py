@@ -717,12 +717,22 @@ def _ctr(dev: str, port: int, name: str) -> int:
     return devstate.read_counter(dev, port, name)
 
 
-def _reset_counters(dev: str, port: int) -> None:
+#: The sysfs counters each optional group is derived from (what its reset clears in the emulation;
+#: the real PMA resets the detail attribute alone, leaving PortRcvErrors/PortXmitDiscards -- an
+#: approximation, docs/parsers.md).
+_GROUP_SOURCES = {
+    "PortRcvErrorDetails": ("port_rcv_errors",), "PortXmitDiscardDetails": ("port_xmit_discards",),
+    "PortXmitDataSL": ("port_xmit_data",), "PortRcvDataSL": ("port_rcv_data",),
+}
+
+
+def _reset_counters(dev: str, port: int, only: tuple[str, ...] | None = None) -> None:
     """What `perfquery -R` / `-r` does to the port's PMA counters (hw_counters are not PMA's)."""
     base = devstate.sysfs(f"{devstate.port_dir(dev, port)}/counters")
     if base.is_dir():
         for counter in base.iterdir():
-            counter.write_text("0\n")
+            if only is None or counter.name in only:
+                counter.write_text("0\n")
 
 
 # The optional counter groups perfquery reads with one flag each (perfquery(8); rdma-core
@@ -818,14 +828,15 @@ def _perfquery(argv: list[str], mode: str) -> int:
             if port == 255:
                 all_ports = True
     targets = [(dev, p) for p in _ports(dev)] if all_ports else [(dev, port)]
+    only = tuple(n for g in groups for n in _GROUP_SOURCES[g]) if groups else None
     if mode == "reset_only":
         for d, p in targets:
-            _reset_counters(d, p)
+            _reset_counters(d, p, only)
         return 0
     if mode == "reset_after":
         status = _perfquery(argv, "read")
         for d, p in targets:
-            _reset_counters(d, p)
+            _reset_counters(d, p, only)
         return status
     shown = 255 if all_ports else port  # perfquery.c prints ALL_PORTS for -a
 
