@@ -541,8 +541,8 @@ def run_test(
                 )
             )
 
-        t0 = time.monotonic()
         before = negative.snapshot(run, watched) if name.endswith("_bw") else None
+        t0 = time.monotonic()
         th = threading.Thread(target=serve, daemon=True)
         th.start()
         time.sleep(float(opts.get("server_start_s", 0.2)))
