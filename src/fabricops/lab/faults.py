@@ -370,6 +370,41 @@ def plan_qos_reset(host: str, args: list[str]) -> Plan:
                 do=[["rm", "-f", f"{QOS_DIR}/{args[0]}.json"]])
 
 
+#: The wrong-device fault's state, next to hardware.json in the host's emulated hardware dir
+#: (/var/lib/emulated-hw/wrong-device.json inside the host): {"DEV": "OTHER", ...}.
+WRONG_DEVICE = "wrong-device.json"
+
+
+def wrong_device_path(host: str) -> Path:
+    return _hw_path(host).parent / WRONG_DEVICE
+
+
+def plan_wrong_device(host: str, args: list[str]) -> Plan:
+    """A test asked for DEV but its traffic went through OTHER, and it still printed DEV
+    (awslabs/awsome-distributed-ai#1221: a per-device perftest silently used the default device
+    and passed with a device name that did not exist). The lab's perftest reads the mapping from
+    wrong-device.json; only the port counters of OTHER move, so the negative control catches it."""
+    _nargs("wrong-device", args, 2, 2, "DEV OTHER (e.g. mlx5_2 mlx5_0)")
+    hw = _load_hw(host)
+    names = [h["name"] for h in hw.get("hcas", [])]
+    for dev in args:
+        if dev not in names:
+            raise FaultError(f"{host} has no device {dev!r} (devices: {', '.join(names)})")
+    dev, other = args
+    if dev == other:
+        raise FaultError(f"wrong-device needs two different devices, not {dev} twice")
+    path = wrong_device_path(host)
+    try:
+        mapping = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError as exc:
+        raise FabricopsError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(mapping, dict):
+        mapping = {}
+    mapping[dev] = other
+    data = (json.dumps(mapping, indent=2, sort_keys=True) + "\n").encode()
+    return Plan(summary=f"tests that ask for {dev} run on {other} (and still say {dev})", files={path: data})
+
+
 def _switch_faults_plan(t: Target, update: Callable[[dict[str, Any]], str]) -> Plan:
     path = paths.switch_dir(t.name) / "faults.json"
     try:
@@ -434,6 +469,7 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "driver-version": (plan_driver_version, "VERSION"),
     "host-unreachable": (plan_host_unreachable, ""),
     "qos-reset": (plan_qos_reset, "NETDEV"),
+    "wrong-device": (plan_wrong_device, "DEV OTHER"),
 }
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),

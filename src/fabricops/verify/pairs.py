@@ -24,6 +24,7 @@ from fabricops.errors import ParseError
 from fabricops.model.profiles import Profile, Threshold, threshold_for
 from fabricops.model.schedule import RailPair, pair_rounds, rail_pairs
 from fabricops.parsers import parse
+from fabricops.verify import counters as negative
 from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
 
 RunFn = Callable[[str, str, float], Mapping[str, Any]]  # (host, command, timeout_s) -> {rc, stdout, stderr}
@@ -325,8 +326,13 @@ def evaluate(
     port_rate: float,
     wall_s: float | None = None,
     link_layer: str | None = None,
+    counters: tuple[Sequence[negative.Snapshot], Sequence[negative.Snapshot]] | None = None,
 ) -> CheckResult:
-    """One ``ib_write_bw`` / ``ib_write_lat`` result for a rail test (``link_layer`` of the rail)."""
+    """One ``ib_write_bw`` / ``ib_write_lat`` result for a rail test (``link_layer`` of the rail).
+
+    ``counters``: the (client, server) port counter snapshots before and after a bandwidth test
+    (:func:`run_test` takes them). With them, a result whose ports did not carry the bytes it
+    reports is an error, whatever its bandwidth (:func:`fabricops.verify.counters.judge`)."""
     thr = rail_threshold(profile, name, port_rate, link_layer)
     base = dict(
         category="pairs",
@@ -371,6 +377,25 @@ def evaluate(
         return CheckResult(status=ERROR, message=f"{label}: {name}: {exc}", details=details, **base)
     ok = thr.passes(measured)
     unit = thr.unit
+    if counters is not None and name.endswith("_bw"):
+        before, after = counters
+        verdict = negative.judge(
+            name,
+            dict(zip(("client", "server"), before, strict=False)),
+            dict(zip(("client", "server"), after, strict=False)),
+            negative.reported_bytes(rec.results),
+            bool(getattr(rec, "bidirectional", False)),
+        )
+        details["counters"] = verdict.details
+        if not verdict.ok:
+            return CheckResult(
+                status=ERROR,
+                message=f"{label}: {name} {measured:g} {unit} not counted on its ports: {verdict.message}",
+                measured=measured,
+                cause=verdict.message,
+                details=details,
+                **base,
+            )
     msg = f"{label}: {name} {measured:g} {unit} ({thr.op} {thr.value:g})"
     cause = None
     if not ok:
@@ -486,12 +511,18 @@ def run_test(
 ) -> list[CheckResult]:
     """Run each perftest of one rail test (server on the peer first, then the client).
 
-    With ``rail``, its addresses, rate, link layer and RoCE options (GID index per side, ToS) are used."""
+    With ``rail``, its addresses, rate, link layer and RoCE options (GID index per side, ToS) are used.
+    Around each bandwidth test the data counters of both ports are read (before the server starts,
+    after the client ends): the negative control of :mod:`fabricops.verify.counters`."""
     out = []
     tcp = int(opts["base_port"]) + test.rail
     server_addr = (rail.addresses if rail is not None else addresses)[test.host_b]
     rate = rail.rate_gbps if rail is not None else port_rate
     layer = rail.link_layer if rail is not None else None
+    watched = [
+        (test.host_a, test.dev_a, layer or profile.hca.link_layer),
+        (test.host_b, test.dev_b, layer or profile.hca.link_layer),
+    ]
     x_a: list[str] = []
     x_b: list[str] = []
     if rail is not None and rail.roce:
@@ -510,6 +541,7 @@ def run_test(
                 )
             )
 
+        before = negative.snapshot(run, watched) if name.endswith("_bw") else None
         t0 = time.monotonic()
         th = threading.Thread(target=serve, daemon=True)
         th.start()
@@ -526,7 +558,11 @@ def run_test(
         th.join(opts["timeout_s"] + 15)
         if th.is_alive():
             server_res = {"rc": None, "stdout": "", "stderr": "server did not return"}
-        res = evaluate(test, name, client, server_res, profile, rate, time.monotonic() - t0, layer)
+        wall = time.monotonic() - t0
+        seen = None
+        if before is not None and client.get("rc") == 0:
+            seen = (before, negative.snapshot(run, watched))
+        res = evaluate(test, name, client, server_res, profile, rate, wall, layer, counters=seen)
         if rail is not None:
             res.details["rail_name"] = rail.name
             if rail.switch:

@@ -317,3 +317,44 @@ def test_openibd_stop_status_start(root, run):
     run("openibd", "start")
     assert parse("ibv_devinfo", run("ibv_devinfo")[1]).devices[0].hca_id == "mlx5_0"
     assert run("openibd", "bogus")[0] == 1
+
+
+def test_perfquery_rcv_error_and_xmit_discard_details(root, run):
+    devstate.add_counter("mlx5_0", 1, "port_rcv_errors", 41)
+    devstate.add_counter("mlx5_0", 1, "port_xmit_discards", 7)
+    rc, out, _ = run("perfquery", "-E")
+    assert rc == 0
+    real = read_fixture("perfquery", "rcv_error_details_switch_exporter.txt")
+    # same header shape, same field names in the same order, same dot padding as the real capture
+    assert out.splitlines()[0] == "# PortRcvErrorDetails counters: Lid 5 port 1"
+    assert shape(out.split("\n", 1)[1]) == shape(real.split("\n", 1)[1])
+    assert [len(ln.split(":")[0] + ":") + ln.count(".") for ln in out.splitlines()[1:]] == [
+        len(ln.split(":")[0] + ":") + ln.count(".") for ln in real.splitlines()[1:]]
+    e = parse("perfquery", out).blocks[0]
+    assert e.group == "PortRcvErrorDetails" and e.counters["PortLocalPhysicalErrors"] == 41
+    rc, out, _ = run("perfquery", "-D", "-C", "mlx5_0", "-P", "1")
+    d = parse("perfquery", out).blocks[0]
+    assert rc == 0 and d.group == "PortXmitDiscardDetails" and d.counters["PortInactiveDiscards"] == 7
+    assert "PortSwHOQLifetimeLimitDiscards:..0" in out  # 31 characters + 2 dots: column 33
+    # -X is PortXmitDataSL in perfquery(8) (not discards); the data of SL 0 in 4-octet words
+    devstate.add_counter("mlx5_0", 1, "port_xmit_data", 1000)
+    x = parse("perfquery", run("perfquery", "-X")[1]).blocks[0]
+    assert x.group == "PortXmitDataSL" and x.counters["XmtDataSL0"] == 1000 and x.counters["XmtDataSL15"] == 0
+
+
+def test_perfquery_extended_moves_with_traffic_and_all_ports(root, run):
+    before = parse("perfquery", run("perfquery", "-x", "-C", "mlx5_0", "-P", "1")[1]).blocks[0]
+    devstate.add_counter("mlx5_0", 1, "port_xmit_data", 2 * 10**9)  # 8 GB moved by a test
+    devstate.add_counter("mlx5_0", 1, "port_rcv_data", 5)
+    after = parse("perfquery", run("perfquery", "-x", "-C", "mlx5_0", "-P", "1")[1]).blocks[0]
+    assert after.xmit_bytes - before.xmit_bytes == 8 * 10**9
+    assert after.rcv_bytes - before.rcv_bytes == 20
+    rc, out, _ = run("perfquery", "-x", "-a")
+    agg = parse("perfquery", out).blocks[0]
+    assert rc == 0 and agg.all_ports and agg.port == "255" and agg.port_select == 255
+    assert agg.counters["PortXmitData"] == after.counters["PortXmitData"]  # one IB port on this HCA
+    # -r -E: prints the details, then resets the port's counters
+    devstate.add_counter("mlx5_0", 1, "port_rcv_errors", 3)
+    assert parse("perfquery", run("perfquery", "-E", "-r")[1]).counters["PortLocalPhysicalErrors"] == 3
+    assert parse("perfquery", run("perfquery", "-E")[1]).counters["PortLocalPhysicalErrors"] == 0
+    assert parse("perfquery", run("perfquery", "-x")[1]).counters["PortXmitData"] == 2 * 10**9  # untouched

@@ -180,6 +180,20 @@ def test_wrong_firmware(lab):
     assert_only_changed(before, hw(), {("hcas", 2, "fw_ver"): "28.36.1010"})
 
 
+def test_wrong_device_writes_the_mapping_and_clear_removes_it(lab):
+    before = hw_path().read_bytes()
+    state = faults.wrong_device_path("gpu01")
+    assert state == hw_path().parent / "wrong-device.json"  # /var/lib/emulated-hw in the host
+    assert run("gpu01", "wrong-device", "mlx5_2", "mlx5_0") == 0
+    assert json.loads(state.read_text()) == {"mlx5_2": "mlx5_0"}
+    assert run("gpu01", "wrong-device", "mlx5_3", "mlx5_0") == 0  # a second one adds to the map
+    assert json.loads(state.read_text()) == {"mlx5_2": "mlx5_0", "mlx5_3": "mlx5_0"}
+    assert hw_path().read_bytes() == before  # the silicon is untouched
+    assert [r["kind"] for r in faults.active()] == ["wrong-device", "wrong-device"]
+    assert run("clear", "gpu01") == 0
+    assert not state.exists() and hw_path().read_bytes() == before
+
+
 def test_driver_version_changes_the_silicon_and_clear_restores_it(lab):
     _, fake = lab
     original = hw_path("gpu02").read_bytes()
@@ -301,6 +315,9 @@ def test_ib_switch_port_down_edits_the_fabric_file(lab):
     (["gpu01", "driver-version"], "driver-version takes VERSION"),
     (["gpu01", "host-unreachable", "now"], "host-unreachable takes no arguments"),
     (["gpu01", "qos-reset", "eth9"], "gpu01 has no netdev 'eth9'"),
+    (["gpu01", "wrong-device", "mlx5_2", "mlx5_9"], "gpu01 has no device 'mlx5_9'"),
+    (["gpu01", "wrong-device", "mlx5_2", "mlx5_2"], "two different devices"),
+    (["gpu01", "wrong-device", "mlx5_2"], "wrong-device takes DEV OTHER"),
     (["leaf-onyx", "session-drop", "0"], "N must be a positive number"),
     (["ib-sw1", "session-drop", "2"], "ib-sw1 is an InfiniBand switch"),
     (["leaf-onyx", "port-down", "Eth9/9"], "leaf-onyx has no port 'Eth9/9'"),

@@ -7,6 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from captures import read_fixture
+from fake_counters import PortCounters
 
 from fabricops.model.profiles import load_profile
 from fabricops.verify import pairs, report
@@ -129,20 +130,28 @@ def test_commands_start_server_first_and_retry_connect():
 
 
 class FakeFabric:
-    """Perftest from real captures; one host's rail 0 runs at half rate (a 2X port)."""
+    """Perftest from real captures; one host's rail 0 runs at half rate (a 2X port). The ports'
+    data counters move by what each client reports (``counters``)."""
 
-    def __init__(self, bad=None, flaky=None):
+    def __init__(self, bad=None, flaky=None, counters=None):
         self.bad, self.flaky, self.calls = bad, set(flaky or ()), []
+        self.counters = counters or PortCounters()
 
     def run(self, host, cmd, timeout=60):
         self.calls.append((host, cmd))
+        answer = self.counters.answer(host, cmd)
+        if answer is not None:
+            return answer
         if "ib_write_bw" in cmd and "wait $p" not in cmd:  # client
             peer = re.search(r"addr-(gpu\d+)", cmd)[1]
+            hca = re.search(r"-d (mlx5_\d+)", cmd)[1]
+            text = BW
             if ("-d mlx5_0" in cmd and self.bad in (host, peer)) or (
                 (host, peer) in self.flaky and self.flaky.discard((host, peer)) is None
             ):
-                return _ok(BW.replace("392.38             392.34", "196.20             196.17"))
-            return _ok(BW)
+                text = BW.replace("392.38             392.34", "196.20             196.17")
+            self.counters.credit(host, hca, peer, hca, text)
+            return _ok(text)
         if "ib_write_lat" in cmd and "wait $p" not in cmd:
             return _ok(LAT)
         if cmd.startswith("ibstat") or cmd == "ibstat":

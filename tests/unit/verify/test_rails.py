@@ -7,6 +7,7 @@ import re
 
 import pytest
 from captures import read_fixture
+from fake_counters import PortCounters
 
 from fabricops.model.profiles import load_profile
 from fabricops.switch.model import switch_spec, want_facts
@@ -238,20 +239,35 @@ def test_roce_threshold_is_90_percent_not_the_ndr_floor():
     assert r.status == FAIL and "lossy RoCE path" in r.cause
 
 
-class Fake:
-    """Perftest from real captures; gpu03's RoCE pairs on mlx5_2 are slow (a lossy path)."""
+def _peer(server):
+    """The host behind a perftest server address (mgmt-gpuNN, 203.0.113.N, 203.0.113.64+N)."""
+    if server.startswith("mgmt-"):
+        return server[len("mgmt-") :]
+    last = int(server.rsplit(".", 1)[1])
+    return HOSTS[(last - 1) % 64]
 
-    def __init__(self):
+
+class Fake:
+    """Perftest from real captures; gpu03's RoCE pairs on mlx5_2 are slow (a lossy path). The
+    ports' data counters move by what each client reports."""
+
+    def __init__(self, counters=None):
         self.calls = []
+        self.counters = counters or PortCounters()
 
     def run(self, host, cmd, timeout=60):
         self.calls.append((host, cmd))
+        answer = self.counters.answer(host, cmd)
+        if answer is not None:
+            return answer
         if "wait $p" in cmd or "kill" in cmd or not cmd.startswith("n=0"):
             return {"rc": 0, "stdout": "", "stderr": ""}
         server = cmd.split("2>&1")[0].split()[-1].rstrip(")")
         slow = "-d mlx5_2" in cmd and (host == "gpu03" or server == "203.0.113.3")
         if "ib_write_bw" in cmd:
             text = BW.replace("392.38             392.34", "170.10             168.20") if slow else BW
+            hca = re.search(r"-d (mlx5_\d+)", cmd)[1]
+            self.counters.credit(host, hca, _peer(server), hca, text)
             return {"rc": 0, "stdout": text, "stderr": ""}
         text = LAT.replace("1.27", "5.90") if slow else LAT
         return {"rc": 0, "stdout": text, "stderr": ""}

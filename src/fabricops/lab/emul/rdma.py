@@ -717,16 +717,63 @@ def _ctr(dev: str, port: int, name: str) -> int:
     return devstate.read_counter(dev, port, name)
 
 
-def _reset_counters(dev: str, port: int) -> None:
+#: The sysfs counters each optional group is derived from (what its reset clears in the emulation;
+#: the real PMA resets the detail attribute alone, leaving PortRcvErrors/PortXmitDiscards -- an
+#: approximation, docs/parsers.md).
+_GROUP_SOURCES = {
+    "PortRcvErrorDetails": ("port_rcv_errors",), "PortXmitDiscardDetails": ("port_xmit_discards",),
+    "PortXmitDataSL": ("port_xmit_data",), "PortRcvDataSL": ("port_rcv_data",),
+}
+
+
+def _reset_counters(dev: str, port: int, only: tuple[str, ...] | None = None) -> None:
     """What `perfquery -R` / `-r` does to the port's PMA counters (hw_counters are not PMA's)."""
     base = devstate.sysfs(f"{devstate.port_dir(dev, port)}/counters")
     if base.is_dir():
         for counter in base.iterdir():
-            counter.write_text("0\n")
+            if only is None or counter.name in only:
+                counter.write_text("0\n")
+
+
+# The optional counter groups perfquery reads with one flag each (perfquery(8); rdma-core
+# infiniband-diags/perfquery.c): -X PortXmitDataSL, -S PortRcvDataSL, -D PortXmitDiscardDetails,
+# -E PortRcvErrorDetails. Field names and order are libibmad fields.c's; the header is
+# common_func's "# <Attribute> counters: Lid L port P" (no CapMask), then PortSelect and
+# CounterSelect (the IB_PC_EXT_FIRST_F..IB_PC_EXT_XMT_BYTES_F fields).
+_GROUP_FLAGS = {
+    "-X": "PortXmitDataSL", "--xmtsl": "PortXmitDataSL",
+    "-S": "PortRcvDataSL", "--rcvsl": "PortRcvDataSL",
+    "-D": "PortXmitDiscardDetails", "--xmtdisc": "PortXmitDiscardDetails",
+    "-E": "PortRcvErrorDetails", "--rcverr": "PortRcvErrorDetails",
+}
+
+
+def _group_fields(group: str, dev: str, port: int) -> list[tuple[str, int]]:
+    """The counters of one optional group, from the port's sysfs counters.
+
+    The IB spec (16.1.4.2/16.1.4.3) makes PortRcvErrors the sum of the PortRcvErrorDetails and
+    PortXmitDiscards the sum of the PortXmitDiscardDetails. The emulation books every receive
+    error as a local physical error (CRC: what a degraded cable produces) and every transmit
+    discard as an inactive-port discard (what a port that went down produces); the other causes
+    stay 0. The emulated perftest uses SL 0, so all data is on XmtDataSL0/RcvDataSL0 (4-octet
+    words, like PortXmitData)."""
+    if group == "PortRcvErrorDetails":
+        return [("PortLocalPhysicalErrors", min(_ctr(dev, port, "port_rcv_errors"), 0xFFFF)),
+                ("PortMalformedPktErrors", 0), ("PortBufferOverrunErrors", 0),
+                ("PortDLIDMappingErrors", 0), ("PortVLMappingErrors", 0), ("PortLoopingErrors", 0)]
+    if group == "PortXmitDiscardDetails":
+        return [("PortInactiveDiscards", min(_ctr(dev, port, "port_xmit_discards"), 0xFFFF)),
+                ("PortNeighborMTUDiscards", 0), ("PortSwLifetimeLimitDiscards", 0),
+                ("PortSwHOQLifetimeLimitDiscards", 0)]
+    xmit = group == "PortXmitDataSL"
+    prefix, sysname = ("XmtDataSL", "port_xmit_data") if xmit else ("RcvDataSL", "port_rcv_data")
+    total = min(_ctr(dev, port, sysname), (1 << 32) - 1)  # 32-bit fields
+    return [(f"{prefix}{sl}", total if sl == 0 else 0) for sl in range(16)]
 
 
 def perfquery(argv: list[str]) -> int:
-    """perfquery [-x] [-r|-R] [-C CA] [-P PORT] [LID [PORT]]; -r resets after reading, -R only resets."""
+    """perfquery [-x|-X|-S|-D|-E] [-a] [-r|-R] [-C CA] [-P PORT] [LID [PORT]]; -r resets after
+    reading, -R only resets; -a sums the counters of all ports of the node (port 255)."""
     mode = "read"
     if any(a in ("-R", "--Reset_only") for a in argv):
         mode = "reset_only"
@@ -738,6 +785,8 @@ def perfquery(argv: list[str]) -> int:
 
 def _perfquery(argv: list[str], mode: str) -> int:
     extended = any(a in ("-x", "--extended") for a in argv)
+    all_ports = any(a in ("-a", "--all_ports") for a in argv)
+    groups = [_GROUP_FLAGS[a] for a in argv if a in _GROUP_FLAGS]
     ca = None
     caport = None
     rest: list[str] = []
@@ -776,36 +825,59 @@ def _perfquery(argv: list[str], mode: str) -> int:
         lid = want_lid
         if len(rest) > 1:
             port = int(rest[1], 0)
+            if port == 255:
+                all_ports = True
+    targets = [(dev, p) for p in _ports(dev)] if all_ports else [(dev, port)]
+    only = tuple(n for g in groups for n in _GROUP_SOURCES[g]) if groups else None
     if mode == "reset_only":
-        _reset_counters(dev, port)
+        for d, p in targets:
+            _reset_counters(d, p, only)
         return 0
     if mode == "reset_after":
         status = _perfquery(argv, "read")
-        _reset_counters(dev, port)
+        for d, p in targets:
+            _reset_counters(d, p, only)
         return status
+    shown = 255 if all_ports else port  # perfquery.c prints ALL_PORTS for -a
+
+    def total(sysname: str) -> int:
+        return sum(_ctr(d, p, sysname) for d, p in targets)
+
+    if groups:
+        for group in groups:
+            _out(f"# {group} counters: Lid {lid} port {shown}")
+            _out(_pq("PortSelect", shown))
+            _out(_pq("CounterSelect", "0x0000"))
+            sums: dict[str, int] = {}
+            for d, p in targets:
+                for name, value in _group_fields(group, d, p):
+                    sums[name] = sums.get(name, 0) + value
+            for name, value in sums.items():
+                _out(_pq(name, value))
+        return 0
     if extended:
-        _out(f"# Port extended counters: Lid {lid} port {port} (CapMask: 0x5A00 CapMask2: 0x0000002)")
-        _out(_pq("PortSelect", port))
+        _out(f"# Port extended counters: Lid {lid} port {shown} (CapMask: 0x5A00 CapMask2: 0x0000002)")
+        _out(_pq("PortSelect", shown))
         _out(_pq("CounterSelect", "0x0000"))
         for name, sysname in _EXT_DATA:
-            _out(_pq(name, _ctr(dev, port, sysname)))
+            _out(_pq(name, total(sysname)))
         _out(_pq("CounterSelect2", "0x00000000"))
         for name, sysname, _bits in _PMA:
-            _out(_pq(name, _ctr(dev, port, sysname)))
-        _out(_pq("PortXmitWait", _ctr(dev, port, "port_xmit_wait")))
+            _out(_pq(name, total(sysname)))
+        _out(_pq("PortXmitWait", total("port_xmit_wait")))
         _out(_pq("QP1Dropped", 0))
         return 0
-    _out(f"# Port counters: Lid {lid} port {port} (CapMask: 0x5A00)")
-    _out(_pq("PortSelect", port))
+    _out(f"# Port counters: Lid {lid} port {shown} (CapMask: 0x5A00)")
+    _out(_pq("PortSelect", shown))
     _out(_pq("CounterSelect", "0x0000"))
     for name, sysname, bits in _PMA[:9]:
-        _out(_pq(name, min(_ctr(dev, port, sysname), (1 << bits) - 1)))
+        _out(_pq(name, min(total(sysname), (1 << bits) - 1)))
     _out(_pq("CounterSelect2", "0x00"))
     for name, sysname, bits in _PMA[9:]:
-        _out(_pq(name, min(_ctr(dev, port, sysname), (1 << bits) - 1)))
+        _out(_pq(name, min(total(sysname), (1 << bits) - 1)))
     for name, sysname in _DATA:
-        _out(_pq(name, min(_ctr(dev, port, sysname), (1 << 32) - 1)))
-    _out(_pq("PortXmitWait", min(_ctr(dev, port, "port_xmit_wait"), (1 << 32) - 1)))
+        _out(_pq(name, min(total(sysname), (1 << 32) - 1)))
+    _out(_pq("PortXmitWait", min(total("port_xmit_wait"), (1 << 32) - 1)))
     return 0
 
 
