@@ -219,6 +219,9 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
         f"--bind-ro={paths.fabric_dir()}:/var/lib/emulated-fabric",
         # the subnet managers' shared wire: the one writable part of the fabric directory
         f"--bind={paths.fabric_dir() / 'sm'}:/var/lib/emulated-fabric/sm",
+        # the flow ledger: each perftest client writes its run there, so runs that share a cable
+        # share its bandwidth and the switch port counters see the bytes (docs/lab-fidelity.md)
+        f"--bind={paths.fabric_dir() / 'flows'}:/var/lib/emulated-fabric/flows",
         "--register=no",
         "--keep-unit",
         "--console=read-only",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -361,3 +362,18 @@ def port_totals(fabric_dir: str | Path | None = None) -> dict[str, dict[str, int
             lock.close()
     return sums
 
+
+
+def switch_port_counters(fabric_file: str | Path | None, switch: str, port: str) -> dict[str, int]:
+    """tx/rx bytes and packets of a switch port for the emulated switch CLIs: a fixed base (the
+    control traffic a port sees from boot: LLDP and the like, a few thousand small frames) plus
+    every byte the flow ledger says crossed the port. ``fabric_file`` is the switch's
+    FABRIC_DIR/switches/NAME.json; without one only the base is there."""
+    seed = int(hashlib.sha256(f"{switch}|{port}".encode()).hexdigest()[:8], 16)
+    out = {"rx_packets": 2000 + seed % 3000, "tx_packets": 2000 + (seed >> 12) % 3000}
+    out["rx_bytes"], out["tx_bytes"] = out["rx_packets"] * 128, out["tx_packets"] * 128
+    if fabric_file:
+        moved = port_totals(Path(fabric_file).parent.parent).get(f"{switch}|{port}", {})
+        for key in out:
+            out[key] += int(moved.get(key, 0))
+    return out
