@@ -532,3 +532,14 @@ def test_hosts_get_the_ledger_read_write_and_lab_up_makes_it(tmp_path, monkeypat
         argv.index(f"--bind-ro={fabric}:/var/lib/emulated-fabric")  # over the read-only fabric dir
     rack._write_fabric(topology.load())
     assert (fabric / "flows").is_dir()
+
+
+def test_switch_counters_see_a_new_run_after_a_cached_read(tmp_path):
+    fab = tmp_path / "fabric"
+    (fab / "flows").mkdir(parents=True)
+    hop = ["leaf1", "swp31", "spine1", "swp1"]
+    devstate.ledger_register(_doc("one", 1.0, 2.0, 1000, hop), fab)
+    assert devstate.port_totals(fab)["leaf1|swp31"]["tx_bytes"] == 1000
+    assert devstate.port_totals(fab)["leaf1|swp31"]["tx_bytes"] == 1000  # cached
+    devstate.ledger_register(_doc("two", 3.0, 4.0, 24, hop), fab)
+    assert devstate.port_totals(fab)["leaf1|swp31"]["tx_bytes"] == 1024

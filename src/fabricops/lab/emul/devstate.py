@@ -330,26 +330,38 @@ def ledger_prune(now: float, fabric_dir: str | Path | None = None, age: float = 
         return len(fold) + len(drop)
 
 
+_TOTALS_CACHE: dict[str, tuple[tuple[int, int], dict[str, dict[str, int]]]] = {}
+
+
 def port_totals(fabric_dir: str | Path | None = None) -> dict[str, dict[str, int]]:
     """Per-port sums "NODE|PORT" -> {tx_bytes, rx_bytes, tx_packets, rx_packets} of every finished
-    run in the ledger (folded totals plus live files), read under the shared lock."""
+    run in the ledger (folded totals plus live files), read under the shared lock. Every change to
+    the ledger is a rename or an unlink in its directory, so the directory's mtime keys a cache (a
+    switch answers many counter commands between two runs)."""
     d = flows_dir(fabric_dir)
     sums: dict[str, dict[str, int]] = {}
     if not d.is_dir():
         return sums
     try:
-        lock = open(d / LOCK, "a+")  # noqa: SIM115
+        lock = open(d / LOCK, "a+")  # noqa: SIM115 - created before the directory's mtime is read
     except OSError:
         lock = None
     try:
         if lock is not None:
             fcntl.flock(lock, fcntl.LOCK_SH)
         try:
+            key = (d.stat().st_mtime_ns, (d / TOTALS).stat().st_mtime_ns if (d / TOTALS).exists() else 0)
+        except OSError:
+            key = (0, 0)
+        hit = _TOTALS_CACHE.get(str(d))
+        if hit is not None and hit[0] == key and key != (0, 0):
+            return {k: dict(v) for k, v in hit[1].items()}
+        try:
             folded = json.loads((d / TOTALS).read_text()).get("ports", {})
         except (OSError, ValueError):
             folded = {}
-        for key, vals in folded.items():
-            sums[key] = {k: int(v) for k, v in vals.items()}
+        for port, vals in folded.items():
+            sums[port] = {k: int(v) for k, v in vals.items()}
         for name in os.listdir(d):
             if _name_times(name) is None:
                 continue
@@ -357,11 +369,11 @@ def port_totals(fabric_dir: str | Path | None = None) -> dict[str, dict[str, int
                 _port_sums(json.loads((d / name).read_text()), sums)
             except (OSError, ValueError):
                 continue
+        _TOTALS_CACHE[str(d)] = (key, {k: dict(v) for k, v in sums.items()})
     finally:
         if lock is not None:
             lock.close()
     return sums
-
 
 
 def switch_port_counters(fabric_file: str | Path | None, switch: str, port: str) -> dict[str, int]:
