@@ -234,6 +234,8 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
 def start_host(host: dict[str, Any]) -> int:
     """Start the host's nspawn in its own process group, logging to the host dir; returns its pid."""
     hd = paths.host_dir(host["name"])
+    # the flow ledger bind needs its source (a lab made before the ledger existed, restarted host)
+    (paths.fabric_dir() / "flows").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network", SYSTEMD_COLORS="0")
     with open(hd / "console.log", "ab") as log_f:
         proc = subprocess.Popen(
