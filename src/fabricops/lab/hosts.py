@@ -219,6 +219,9 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
         f"--bind-ro={paths.fabric_dir()}:/var/lib/emulated-fabric",
         # the subnet managers' shared wire: the one writable part of the fabric directory
         f"--bind={paths.fabric_dir() / 'sm'}:/var/lib/emulated-fabric/sm",
+        # the flow ledger: each perftest client writes its run there, so runs that share a cable
+        # share its bandwidth and the switch port counters see the bytes (docs/lab-fidelity.md)
+        f"--bind={paths.fabric_dir() / 'flows'}:/var/lib/emulated-fabric/flows",
         "--register=no",
         "--keep-unit",
         "--console=read-only",
@@ -231,6 +234,8 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
 def start_host(host: dict[str, Any]) -> int:
     """Start the host's nspawn in its own process group, logging to the host dir; returns its pid."""
     hd = paths.host_dir(host["name"])
+    # the flow ledger bind needs its source (a lab made before the ledger existed, restarted host)
+    (paths.fabric_dir() / "flows").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network", SYSTEMD_COLORS="0")
     with open(hd / "console.log", "ab") as log_f:
         proc = subprocess.Popen(

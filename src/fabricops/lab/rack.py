@@ -137,6 +137,7 @@ def _write_fabric(topo: dict[str, Any]) -> None:
     fab = paths.fabric_dir()
     (fab / "switches").mkdir(parents=True, exist_ok=True)
     (fab / "sm" / "heartbeat").mkdir(parents=True, exist_ok=True)  # bound rw into hosts (SM wire)
+    (fab / "flows").mkdir(parents=True, exist_ok=True)  # bound rw into hosts (the flow ledger)
     (fab / "cabling.json").write_text(json.dumps(hardware.cabling_json(topo), indent=2) + "\n")
     for h in topo["hosts"]:
         d = fab / "hosts" / h["name"]

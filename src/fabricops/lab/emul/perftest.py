@@ -16,9 +16,11 @@ import json
 import math
 import os
 import random
+import re
 import socket
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,48 +293,6 @@ def _switch_ok_for_roce(sw: dict[str, Any], prio: int) -> list[str]:
     return problems
 
 
-def path_problems(a: dict[str, Any], b: dict[str, Any]) -> tuple[str | None, list[str]]:
-    """(fatal, problems): fatal means no data path at all; problems degrade a RoCE path."""
-    if a["link_layer"] != b["link_layer"]:
-        return "link layers differ", []
-    cabling = devstate.fabric_json("cabling.json")
-    switches: list[dict[str, Any] | None] = []
-    if cabling is not None:
-        cables = [devstate.cable_for(f["host"], f["netdev"] or "") for f in (a, b)]
-        if any(c is None for c in cables):
-            return "port not cabled", []
-        if cables[0]["switch"] != cables[1]["switch"]:
-            return "ports on different fabrics", []
-        for c in cables:
-            sw = devstate.switch_port_state(c["switch"], c["switch_port"])
-            if sw is None or str(sw.get("link", "up")).lower() != "up":
-                return f"switch port {c['switch']} {c['switch_port']} down", []
-            switches.append(sw)
-    if a["link_layer"] != "Ethernet":
-        return None, []
-    problems: list[str] = []
-    for sender, receiver in ((a, b), (b, a)):
-        sq, rq = sender["qos"], receiver["qos"]
-        dscp = _dscp(sq, sender.get("tos_override"))
-        for host_q, tag in ((sq, "sender"), (rq, "receiver")):
-            if host_q.get("trust") != "dscp":
-                problems.append(f"{tag}_trust")
-        prio = int(sq.get("dscp2prio", {}).get(str(dscp), dscp >> 3))
-        if int(rq.get("dscp2prio", {}).get(str(dscp), dscp >> 3)) != prio:
-            problems.append("dscp2prio_mismatch")
-        for host_q, tag in ((sq, "sender"), (rq, "receiver")):
-            if not (host_q.get("pfc") or [0] * 8)[prio]:
-                problems.append(f"{tag}_pfc")
-        if not (sq.get("ecn_rp") or [False] * 8)[prio]:
-            problems.append("sender_ecn_rp")
-        if not (rq.get("ecn_np") or [False] * 8)[prio]:
-            problems.append("receiver_ecn_np")
-        for sw in switches:
-            if sw is not None:
-                problems.extend(_switch_ok_for_roce(sw, prio))
-    return None, sorted(set(problems))
-
-
 def degraded_ratio(problems: list[str], rng: random.Random) -> float:
     """Fraction of line rate a RoCE path achieves with these problems (matched: ~0.96)."""
     if not problems:
@@ -384,21 +344,335 @@ def sizes_for(opts: Options) -> list[int]:
     return [65536 if opts.kind == "bw" else 2]
 
 
-def compute(opts: Options, client: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
-    """The whole run's outcome, computed on the client from both sides' facts."""
+def _host_problems(sender: dict[str, Any], receiver: dict[str, Any]) -> tuple[int, list[str]]:
+    """(priority, problems) of one direction of a RoCE path, as the two hosts are configured."""
+    sq, rq = sender["qos"], receiver["qos"]
+    dscp = _dscp(sq, sender.get("tos_override"))
+    problems: list[str] = []
+    for host_q, tag in ((sq, "sender"), (rq, "receiver")):
+        if host_q.get("trust") != "dscp":
+            problems.append(f"{tag}_trust")
+    prio = int(sq.get("dscp2prio", {}).get(str(dscp), dscp >> 3))
+    if int(rq.get("dscp2prio", {}).get(str(dscp), dscp >> 3)) != prio:
+        problems.append("dscp2prio_mismatch")
+    for host_q, tag in ((sq, "sender"), (rq, "receiver")):
+        if not (host_q.get("pfc") or [0] * 8)[prio]:
+            problems.append(f"{tag}_pfc")
+    if not (sq.get("ecn_rp") or [False] * 8)[prio]:
+        problems.append("sender_ecn_rp")
+    if not (rq.get("ecn_np") or [False] * 8)[prio]:
+        problems.append("receiver_ecn_np")
+    return prio, problems
+
+
+# --- the fabric: routing, per-hop health, capacity (docs/lab-fidelity.md "Fabric physics") ------
+#
+# cabling.json = {"links": [host cables], "isls": [{switch_a, port_a, switch_b, port_b, gbps, ...}],
+# "switches": {NAME: {"os", "tier"}}}. A path is a list of hops, each one directed cable
+# (NODE, PORT_OUT, NODE_NEXT, PORT_IN); the host side port is "mlx5_1/1".
+#
+# InfiniBand: OpenSM's fat-tree routing (ftree, doc/opensm_release_notes / osm_ucast_ftree.c)
+# spreads destinations over a leaf's uplinks by destination LID, D-mod-k: uplink d % n_up, then at
+# the spine the (d // n_up) % n_parallel-th link down to the destination leaf; same for every source.
+# RoCE: the leaf and spine hash each flow (ECMP) on its addresses and its RoCEv2 UDP source port,
+# which the kernel derives from the QP numbers (include/rdma/ib_verbs.h rdma_calc_flow_label and
+# rdma_flow_label_to_udp_sport), so each QP of a run is a flow that may take another uplink.
+
+Hop = tuple[str, str, str, str]
+
+#: per-lane Gb/s of the InfiniBand generations and lanes of each width: the same table as hwctl
+#: (tests/unit/lab/test_emul_rates_agree.py holds both to fabricops.model.rates)
+IB_LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50,
+                "NDR": 100, "XDR": 200}
+IB_VARIANTS = {"HDR100": ("HDR", "2X"), "NDR200": ("NDR", "2X")}
+LANES = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
+#: a flapping link retrains on each flap; RC QPs lose what was in flight and retransmit after the
+#: local ACK timeout: each flap costs FLAP_COST of the rate, at most FLAP_FLOOR left
+FLAP_COST = 0.05
+FLAP_FLOOR = 0.3
+
+
+def _natural(port: str) -> tuple:
+    """Natural order of port names: swp2 < swp10, Eth1/2 < Eth1/10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", port))
+
+
+def speed_rate(speed: str, width: str | None = None) -> float | None:
+    """Gb/s of a port at SPEED ("HDR", "HDR100", "200GbE") and WIDTH ("2X"); None if unknown."""
+    key = str(speed).strip().upper()
+    if key in IB_VARIANTS:
+        key, width = IB_VARIANTS[key][0], width or IB_VARIANTS[key][1]
+    if key in IB_LANE_GBPS:
+        return IB_LANE_GBPS[key] * LANES.get(str(width or "4X").upper(), 4)
+    m = re.fullmatch(r"(\d+)G(?:BE)?", key)
+    return float(m.group(1)) if m else None
+
+
+def port_capacity(entry: dict[str, Any] | None, nominal: float) -> float:
+    """What a switch port carries given its fabric-file entry: a degraded speed or width (set by a
+    fault) lowers it the way the lab's host-port faults do (lab/faults.py plan_port_speed /
+    plan_port_width: a speed is a table rate; a width alone scales the nominal rate by lanes/4)."""
+    if not entry:
+        return nominal
+    speed, width = entry.get("speed"), entry.get("width")
+    if speed:
+        rate = speed_rate(str(speed), str(width) if width else None)
+        if rate is not None:
+            return min(nominal, rate)
+    if width and str(width).upper() in LANES:
+        return min(nominal, nominal * LANES[str(width).upper()] / 4)
+    return nominal
+
+
+def roce_udp_sport(lqpn: int, rqpn: int) -> int:
+    """The RoCEv2 UDP source port of an RC QP pair without a GRH flow label (Linux
+    rdma_calc_flow_label + rdma_flow_label_to_udp_sport)."""
+    v = lqpn * rqpn
+    v ^= v >> 20
+    v ^= v >> 40
+    fl = v & 0xFFFFF
+    low = (fl & 0x03FFF) ^ ((fl & 0xFC000) >> 14)
+    return low | 0xC000
+
+
+def ecmp_hash(src_ip: str, dst_ip: str, sport: int) -> int:
+    return zlib.crc32(f"{src_ip}|{dst_ip}|{sport}".encode())
+
+
+class Fabric:
+    """The cabling as the lab wrote it: host cables, ISLs, switch tiers."""
+
+    def __init__(self, cabling: dict[str, Any]):
+        self.links = cabling.get("links", [])
+        self.switches = dict(cabling.get("switches") or {})
+        for ln in self.links:
+            self.switches.setdefault(ln["switch"], {})
+        self.up: dict[str, list[tuple[str, str, str]]] = {}  # leaf -> [(leaf port, spine, spine port)]
+        self.down: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (spine, leaf) -> [(spine p, leaf p)]
+        self.nominal: dict[tuple[str, str], float] = {}  # (switch, port) -> ISL Gb/s
+        for isl in cabling.get("isls", []) or []:
+            a, pa, b, pb = isl["switch_a"], isl["port_a"], isl["switch_b"], isl["port_b"]
+            for sw in (a, b):
+                self.switches.setdefault(sw, {})
+            if self.tier(a) == "spine" and self.tier(b) != "spine":
+                a, pa, b, pb = b, pb, a, pa
+            if self.tier(b) != "spine":
+                continue  # only leaf-spine links route in a two-tier fabric
+            self.up.setdefault(a, []).append((pa, b, pb))
+            self.down.setdefault((b, a), []).append((pb, pa))
+            if isl.get("gbps"):
+                self.nominal[(a, pa)] = self.nominal[(b, pb)] = float(isl["gbps"])
+        for ups in self.up.values():
+            ups.sort(key=lambda u: (u[1], _natural(u[0])))
+        for downs in self.down.values():
+            downs.sort(key=lambda d: _natural(d[0]))
+
+    def tier(self, switch: str) -> str:
+        return str((self.switches.get(switch) or {}).get("tier") or "leaf")
+
+    def is_switch(self, node: str) -> bool:
+        return node in self.switches
+
+    def route(self, src: dict[str, Any], dst: dict[str, Any], *, lid: int | None = None,
+              flow_hash: int | None = None) -> list[Hop] | None:
+        """The hops from host cable SRC to host cable DST, or None when no path joins them."""
+        s_leaf, d_leaf = src["switch"], dst["switch"]
+        first: Hop = (src["host"], f"{src['hca']}/{src['port']}", s_leaf, src["switch_port"])
+        last: Hop = (d_leaf, dst["switch_port"], dst["host"], f"{dst['hca']}/{dst['port']}")
+        if s_leaf == d_leaf:
+            return [first, last]
+        ups = [u for u in self.up.get(s_leaf, []) if self.down.get((u[1], d_leaf))]
+        if not ups:
+            return None
+        if flow_hash is not None:
+            up = ups[flow_hash % len(ups)]
+            downs = self.down[(up[1], d_leaf)]
+            down = downs[flow_hash % len(downs)]
+        else:
+            d = int(lid or 0)
+            up = ups[d % len(ups)]
+            downs = self.down[(up[1], d_leaf)]
+            down = downs[(d // len(ups)) % len(downs)]
+        return [first, (s_leaf, up[0], up[1], up[2]), (up[1], down[0], d_leaf, down[1]), last]
+
+
+def _ip_of(facts: dict[str, Any]) -> str:
+    gid = facts.get("gid") or []
+    if len(gid) == 16 and gid[10:12] == [255, 255]:
+        return ".".join(str(b) for b in gid[12:])
+    return f"{facts['host']}:{facts['device']}"
+
+
+def _data_directions(opts: Options) -> list[str]:
+    """Which way the data goes: write/send from the client, read from the server, -b and latency
+    both ways."""
+    if opts.bidirectional or opts.kind == "lat":
+        return ["fwd", "rev"]
+    return ["rev"] if opts.verb == "read" else ["fwd"]
+
+
+def _switch_ports_on(hops: list[Hop], fabric: Fabric) -> list[tuple[str, str]]:
+    out = []
+    for node, p_out, nxt, p_in in hops:
+        if fabric.is_switch(node):
+            out.append((node, p_out))
+        if fabric.is_switch(nxt):
+            out.append((nxt, p_in))
+    return out
+
+
+def plan_run(opts: Options, client: dict[str, Any], server: dict[str, Any],
+             client_qps: list[dict[str, int]], server_qps: list[dict[str, int]]) -> dict[str, Any]:
+    """Every flow of the run (one per QP and data direction) with its path, the capacity of each of
+    its cables and what degrades it; or {"fatal"} when there is no data path at all."""
+    if client["link_layer"] != server["link_layer"]:
+        return {"fatal": "link layers differ"}
+    roce = client["link_layer"] == "Ethernet"
+    line = min(client["rate_gbps"], server["rate_gbps"])
+    # RC traffic goes both ways whatever the test (data one way, ACKs/CNPs the other): a RoCE path
+    # needs both directions lossless, on both hosts and on every switch port it crosses
+    host_problems: list[str] = []
+    prios: set[int] = set()
+    if roce:
+        for snd, rcv in ((client, server), (server, client)):
+            prio, found = _host_problems(snd, rcv)
+            prios.add(prio)
+            host_problems += found
+    directions = _data_directions(opts)
+    nq = max(1, len(client_qps))
+    cabling = devstate.fabric_json("cabling.json")
+    flows: list[dict[str, Any]] = []
+    if cabling is None:  # no fabric files: the two ports only (unit tests of the tool itself)
+        for d in directions:
+            for k in range(nq):
+                flows.append({"dir": d, "qp": k, "hops": [], "caps": [],
+                              "problems": sorted(set(host_problems))})
+        return {"flows": flows, "line": line, "roce": roce}
+    cables = {}
+    for side, f in (("client", client), ("server", server)):
+        c = devstate.cable_for(f["host"], f["netdev"] or "")
+        if c is None:
+            return {"fatal": "port not cabled"}
+        cables[side] = dict(c, hca=c.get("hca") or f["device"], port=c.get("port") or f["port"])
+    fabric = Fabric(cabling)
+    ports: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def port(sw: str, p: str) -> dict[str, Any] | None:
+        if (sw, p) not in ports:
+            ports[(sw, p)] = devstate.switch_port_state(sw, p)
+        return ports[(sw, p)]
+
+    for d in directions:
+        snd, rcv = (client, server) if d == "fwd" else (server, client)
+        s_cab, r_cab = ((cables["client"], cables["server"]) if d == "fwd"
+                        else (cables["server"], cables["client"]))
+        for k in range(nq):
+            if roce:  # QP k of the client is connected to QP k of the server; lqpn*rqpn is symmetric
+                rqpn = server_qps[k]["qpn"] if k < len(server_qps) else 0
+                h = ecmp_hash(_ip_of(snd), _ip_of(rcv), roce_udp_sport(client_qps[k]["qpn"], rqpn))
+                hops = fabric.route(s_cab, r_cab, flow_hash=h)
+            else:
+                hops = fabric.route(s_cab, r_cab, lid=rcv.get("lid"))
+            if hops is None:
+                return {"fatal": "ports on different fabrics"}
+            problems = list(host_problems)
+            for sw, p in _switch_ports_on(hops, fabric):
+                entry = port(sw, p)
+                if entry is None or str(entry.get("link", "up")).lower() != "up":
+                    return {"fatal": f"switch port {sw} {p} down"}
+                if int(entry.get("flaps") or 0) > 0:
+                    problems.append(f"flapping:{int(entry['flaps'])}")
+                for prio in sorted(prios):
+                    problems.extend(_switch_ok_for_roce(entry, prio))
+            caps = []
+            for node, p_out, nxt, p_in in hops:
+                nominal = fabric.nominal.get((node, p_out)) or fabric.nominal.get((nxt, p_in))
+                if nominal is None:  # a host cable: the host port's own rate
+                    nominal = snd["rate_gbps"] if node == snd["host"] else rcv["rate_gbps"]
+                cap = float(nominal)
+                for sw, p in ((node, p_out), (nxt, p_in)):
+                    if fabric.is_switch(sw):
+                        cap = min(cap, port_capacity(port(sw, p), float(nominal)))
+                caps.append(cap)
+            flows.append({"dir": d, "qp": k, "hops": [list(h) for h in hops], "caps": caps,
+                          "problems": sorted(set(problems))})
+    return {"flows": flows, "line": line, "roce": roce}
+
+
+def path_problems(a: dict[str, Any], b: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """(fatal, problems) of a one-QP bidirectional exchange between A and B: fatal means no data
+    path at all; problems degrade a RoCE path."""
+    opts = Options(verb="write", kind="lat")
+    qps = [{"qpn": 0x100}]
+    plan = plan_run(opts, a, b, qps, qps)
+    if "fatal" in plan:
+        return plan["fatal"], []
+    return None, sorted({p for f in plan["flows"] for p in f["problems"]})
+
+
+def _flap_factor(problems: list[str]) -> float:
+    flaps = sum(int(p.split(":", 1)[1]) for p in problems if p.startswith("flapping:"))
+    return max(FLAP_FLOOR, 1.0 - FLAP_COST * flaps) if flaps else 1.0
+
+
+def flow_shares(plan: dict[str, Any], others: list[dict[str, Any]], own_id: str | None = None) -> list[float]:
+    """Each flow's Gb/s: the least over its directed cables of capacity / flows on that cable in the
+    same time (this run's flows and every overlapping bandwidth run's in the ledger), the flows of one
+    direction together capped by the host ports."""
+    load: dict[tuple, int] = {}
+    for doc in others:
+        if doc.get("kind") != "bw" or doc.get("id") == own_id:
+            continue
+        for f in doc.get("flows", []):
+            for hop in f.get("hops", []):
+                load[tuple(hop)] = load.get(tuple(hop), 0) + 1
+    for f in plan["flows"]:
+        for hop in f["hops"]:
+            load[tuple(hop)] = load.get(tuple(hop), 0) + 1
+    line = plan["line"]
+    shares = []
+    for f in plan["flows"]:
+        if not f["hops"]:
+            shares.append(line / max(1, sum(1 for g in plan["flows"] if g["dir"] == f["dir"])))
+            continue
+        shares.append(min(cap / load[tuple(hop)] for hop, cap in zip(f["hops"], f["caps"], strict=True)))
+    for d in {f["dir"] for f in plan["flows"]}:
+        idx = [i for i, f in enumerate(plan["flows"]) if f["dir"] == d]
+        total = sum(shares[i] for i in idx)
+        if total > line:
+            for i in idx:
+                shares[i] *= line / total
+    return shares
+
+
+def compute(opts: Options, client: dict[str, Any], server: dict[str, Any],
+            client_qps: list[dict[str, int]] | None = None, server_qps: list[dict[str, int]] | None = None,
+            others: list[dict[str, Any]] | None = None, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole run's outcome, computed on the client from both sides' facts, the fabric and the
+    runs overlapping it in the ledger (``others``)."""
     rng = random.Random(_seed(client, server, _run_counter()))
     client = dict(client, tos_override=opts.tos)
     server = dict(server, tos_override=opts.tos)
-    fatal, problems = path_problems(client, server)
-    if fatal:
-        return {"ok": False, "fatal": fatal}
-    line = min(client["rate_gbps"], server["rate_gbps"])
-    roce = client["link_layer"] == "Ethernet"
-    if roce:
-        ratio = degraded_ratio(problems, rng)
-    else:
-        ratio = IB_EFFICIENCY * (1 + rng.uniform(-IB_JITTER, IB_JITTER))
-    eff_line = line * ratio
+    if plan is None:
+        qps = client_qps or [{"qpn": 0x100 + k} for k in range(opts.qps)]
+        plan = plan_run(opts, client, server, qps, server_qps or qps)
+    if "fatal" in plan:
+        return {"ok": False, "fatal": plan["fatal"]}
+    line, roce = plan["line"], plan["roce"]
+    problems = sorted({p for f in plan["flows"] for p in f["problems"]})
+    shares = flow_shares(plan, others or [], plan.get("id"))
+    ratios: dict[tuple[str, ...], float] = {}
+    ib_ratio = None if roce else IB_EFFICIENCY * (1 + rng.uniform(-IB_JITTER, IB_JITTER))
+    per_dir: dict[str, float] = {}
+    carried = []
+    for f, share in zip(plan["flows"], shares, strict=True):
+        key = tuple(p for p in f["problems"] if not p.startswith("flapping:"))
+        if key not in ratios:
+            ratios[key] = degraded_ratio(list(key), rng) if roce else float(ib_ratio)  # type: ignore[arg-type]
+        rate = share * ratios[key] * _flap_factor(f["problems"])
+        carried.append(rate)
+        per_dir[f["dir"]] = per_dir.get(f["dir"], 0.0) + rate
+    eff_line = sum(per_dir.values()) / max(1, len(per_dir))
     rows = []
     for size in sizes_for(opts):
         if opts.kind == "bw":
@@ -411,7 +685,8 @@ def compute(opts: Options, client: dict[str, Any], server: dict[str, Any]) -> di
             rows.append({"bytes": size, "iterations": iters, "avg_gbps": avg, "peak_gbps": peak})
         else:
             rows.append(_latency_row(opts, size, line, roce, problems, rng))
-    return {"ok": True, "rows": rows, "problems": problems, "line_gbps": line, "roce": roce}
+    return {"ok": True, "rows": rows, "problems": problems, "line_gbps": line, "roce": roce,
+            "flows": plan["flows"], "carried": carried, "per_dir": per_dir}
 
 
 def _latency_row(opts: Options, size: int, line: float, roce: bool, problems: list[str],
@@ -460,6 +735,13 @@ def counter_deltas(opts: Options, outcome: dict[str, Any], mtu: int) -> dict[str
             d["port_rcv_data"] = moved // 4
             d["port_rcv_packets"] = packets
         if not outcome.get("roce"):
+            if any(p.startswith("flapping:") for p in outcome["problems"]):
+                # a flapping cable on the path: RC retransmits on InfiniBand too (mlx5 hw_counters)
+                if receives:
+                    d["out_of_sequence"] = max(1, packets // 400)
+                if sends:
+                    d["packet_seq_err"] = max(1, packets // 800)
+                    d["local_ack_timeout_err"] = max(1, packets // 20000)
             continue
         if outcome["problems"]:
             if receives:
@@ -653,11 +935,13 @@ def _client(opts: Options, facts: dict[str, Any]) -> int:
         if show_table:
             lines += [RESULT_LINE, table_header(opts)]
         _out(lines)
-        outcome = compute(opts, facts, peer["facts"])
+        peer_facts = peer["facts"]
+        plan = plan_run(opts, dict(facts, tos_override=opts.tos), dict(peer_facts, tos_override=opts.tos),
+                        my_qps, peer["qps"])
         seconds = _run_seconds(opts)
-        if not outcome["ok"]:
+        if "fatal" in plan:
             time.sleep(min(seconds, 2.0))
-            _send(sock, {"result": "error", "fatal": outcome["fatal"]})
+            _send(sock, {"result": "error", "fatal": plan["fatal"]})
             _err(" Completion with error at client\n"
                  " Failed status 12: wr_id 0 syndrom 0x81\n"
                  "scnt=128, ccnt=0\n"
@@ -665,20 +949,61 @@ def _client(opts: Options, facts: dict[str, Any]) -> int:
                  " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n"
                  "scnt=1, ccnt=0\n")
             return 1
-        deltas = counter_deltas(opts, outcome, min(facts["mtu"], peer["facts"]["mtu"]))
-        per_row = seconds / max(1, len(outcome["rows"]))
-        for row in outcome["rows"]:
-            time.sleep(per_row)
-            if show_table:
-                _out([render_row(opts, row)])
+        # the run goes into the flow ledger for its whole time, so every run overlapping it (a
+        # round of tests starts together) sees it; the rates are settled once all have registered
+        start = time.time()
+        doc = ledger_entry(opts, facts, plan, start, start + seconds)
+        entry = devstate.ledger_register(doc) if doc["flows"] else None
+        devstate.ledger_prune(start)
+        time.sleep(seconds)
+        plan["id"] = doc["id"]
+        others = devstate.ledger_overlapping(start, start + seconds) if entry else []
+        outcome = compute(opts, facts, peer_facts, plan=plan, others=others)
+        deltas = counter_deltas(opts, outcome, min(facts["mtu"], peer_facts["mtu"]))
+        if entry is not None:
+            ledger_finish(entry, doc, outcome, deltas)
         if show_table:
-            _out([RESULT_LINE])
+            _out([render_row(opts, row) for row in outcome["rows"]] + [RESULT_LINE])
         else:
             _out([_brief(opts, outcome)])
         apply_counters(facts, deltas["client"])
         _send(sock, {"result": "ok", "rows": outcome["rows"], "deltas": deltas["server"]})
         _recv(fh)  # the server's goodbye (or EOF)
     return 0
+
+
+def ledger_entry(opts: Options, facts: dict[str, Any], plan: dict[str, Any], start: float,
+                 end: float) -> dict[str, Any]:
+    """This run's flow-ledger file (devstate "the flow ledger"): a latency test adds little load, so
+    it is kind "lat" and other runs do not count it as a flow on their cables."""
+    flows = [{"dir": f["dir"], "qp": f["qp"], "hops": f["hops"], "bytes": None, "packets": None}
+             for f in plan["flows"] if f["hops"]]
+    union = []
+    for f in flows:
+        for hop in f["hops"]:
+            if hop not in union:
+                union.append(hop)
+    run_id = f"{facts['host']}-{os.getpid()}-{int(start * 1e6)}"
+    return {"id": run_id, "kind": opts.kind, "start": start, "end": end, "bytes": None, "hops": union,
+            "flows": flows}
+
+
+def ledger_finish(entry: Any, doc: dict[str, Any], outcome: dict[str, Any],
+                  deltas: dict[str, dict[str, int]]) -> None:
+    """Write the bytes (and packets) each flow actually carried back into the run's ledger file: the
+    bytes of a direction are what the sending port's counters moved, split over its flows by rate."""
+    sent = {"fwd": deltas["client"], "rev": deltas["server"]}
+    with_hops = [(f, r) for f, r in zip(outcome["flows"], outcome["carried"], strict=True) if f["hops"]]
+    total = 0
+    for out, (f, rate) in zip(doc["flows"], with_hops, strict=True):
+        d = sent[f["dir"]]
+        frac = rate / outcome["per_dir"][f["dir"]] if outcome["per_dir"].get(f["dir"]) else 0.0
+        out["bytes"] = int(d.get("port_xmit_data", 0) * 4 * frac)
+        out["packets"] = int(d.get("port_xmit_packets", 0) * frac)
+        total += out["bytes"]
+    doc["bytes"] = total
+    with contextlib.suppress(OSError):
+        devstate.write_json_atomic(entry, doc)
 
 
 def _brief(opts: Options, outcome: dict[str, Any]) -> str:

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from fabricops.lab.emul.devstate import switch_port_counters
+
 from .nvue_schema import PRESENCE, SCHEMA, Coll, IdSet, Leaf, to_bytes
 from .state import FaultWatch, port_entry, run_line, write_fabric_file
 
@@ -930,6 +932,9 @@ class NvueSession:
         sw = self.sw
         raw, fmt, rev = self._show_opts(rest)
         tree = self._tree(rev)
+        counters = self._counters_show(raw, fmt, rev)
+        if counters is not None:
+            return counters
         words = self._resolve_show(raw)
         as_json = fmt == "json"
         if words == ["qos", "roce"]:
@@ -954,6 +959,37 @@ class NvueSession:
             return self._interface_table(tree)
         node = sw.show_tree(words, tree, operational=rev is None)
         return _render(node, fmt)
+
+    def _counters_show(self, raw: list[str], fmt: str, rev: str | None) -> str | None:
+        """``nv show interface swpN link stats`` (Cumulus Linux 5.x) and ``nv show interface swpN
+        counters`` (5.5 and later): the port's traffic counters, bytes and packets from the flow
+        ledger (what the emulated perftest ran through the port) over a base of control frames.
+        Layouts: CumulusNetworks/docs, cumulus-linux-5x Monitoring-and-Troubleshooting/
+        Troubleshooting-Network-Interfaces/Monitoring-Interfaces-and-Transceivers-with-NVUE.md
+        ("nv show interface swp1" link stats; "nv show interface swp1 counters", Detailed
+        Counters / Drop Counters / Error Counters). Anything else: None (the schema decides)."""
+        if len(raw) < 3 or rev not in (None, "operational") or unique_prefix(raw[0], ["interface"]) is None:
+            return None
+        port, rest = raw[1], raw[2:]
+        if port not in self.sw.ports:
+            return None
+        sw = self.sw
+        c = switch_port_counters(sw.fabric_file, sw.name, port)
+        stats = {"carrier-transitions": 1, "in-bytes": c["rx_bytes"], "in-drops": 0, "in-errors": 0,
+                 "in-pkts": c["rx_packets"], "out-bytes": c["tx_bytes"], "out-drops": 0, "out-errors": 0,
+                 "out-pkts": c["tx_packets"]}
+        if len(rest) == 2 and unique_prefix(rest[0], ["link"]) and unique_prefix(rest[1], ["stats"]):
+            if fmt == "json":
+                return json.dumps(stats, indent=2) + "\n"
+            rows = [(k, _nv_bytes(v) if k.endswith("bytes") else str(v)) for k, v in stats.items()]
+            return _nv_table(rows)
+        if len(rest) == 1 and unique_prefix(rest[0], ["counters"]):
+            if tuple(int(x) for x in sw.release.split(".")) < (5, 5):
+                return None  # introduced in Cumulus Linux 5.5.0 (NVUE command reference)
+            if fmt == "json":  # the flat keys of link stats (no JSON capture of this view to follow)
+                return json.dumps(stats, indent=2) + "\n"
+            return _nv_counters(stats)
+        return None
 
     def _resolve_show(self, raw: list[str]) -> list[str]:
         """Expand abbreviations of fixed names in a show path (``nv sh q ro`` = ``nv show qos roce``)."""
@@ -1099,6 +1135,49 @@ class NvueSession:
         for r in rows:
             out.append("  ".join(str(r[k]).ljust(w) for k, w in zip(keys, widths, strict=True)).rstrip())
         return "\n".join(out) + "\n"
+
+
+def _nv_bytes(n: int) -> str:
+    """NVUE's byte counts in show output: "300 Bytes", "9.73 MB" (decimal units)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} Bytes"
+
+
+def _nv_table(rows: list[tuple[str, str]]) -> str:
+    """An NVUE operational/applied table of leaves."""
+    w = max(len("operational"), *(len(k) for k, _ in rows))
+    vw = max(len("operational"), *(len(v) for _, v in rows))
+    lines = [f"{'':{w}}  {'operational':<{vw}}  applied", f"{'-' * w}  {'-' * vw}  -------"]
+    lines += [f"{k:<{w}}  {v:<{vw}}".rstrip() for k, v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _nv_counters(stats: dict[str, int]) -> str:
+    """``nv show interface swpN counters`` (5.5+): carrier transitions, then the counter groups."""
+    def group(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
+        w = max(len("Counter"), *(len(r[0]) for r in rows))
+        rw = max(len("Receive"), *(len(r[1]) for r in rows))
+        out = ["", title, "=" * (len(title) + 3), f"    {'Counter':<{w}}  {'Receive':<{rw}}  Transmit",
+               f"    {'-' * w}  {'-' * rw}  --------"]
+        return out + [f"    {a:<{w}}  {b:<{rw}}  {c}" for a, b, c in rows]
+
+    lines = [f"{'':19}  operational  applied", f"{'-' * 19}  -----------  -------",
+             f"{'carrier-transitions':<19}  {stats['carrier-transitions']}"]
+    lines += group("Detailed Counters", [
+        ("Broadcast Packets", "0", "0"), ("Multicast Packets", "0", "0"),
+        ("Total Octets", str(stats["in-bytes"]), str(stats["out-bytes"])),
+        ("Total Packets", str(stats["in-pkts"]), str(stats["out-pkts"])),
+        ("Unicast Packets", str(stats["in-pkts"]), str(stats["out-pkts"]))])
+    lines += group("Drop Counters", [
+        ("ACL Drops", "0", "n/a"), ("Buffer Drops", "0", "n/a"), ("Non-Queue Drops", "n/a", "0"),
+        ("Queue Drops", "n/a", "0"), ("Total Drops", "0", "0")])
+    lines += group("Error Counters", [
+        ("Alignment Errors", "0", "n/a"), ("FCS Errors", "0", "n/a"), ("Jabber Errors", "0", "n/a"),
+        ("Length Errors", "0", "n/a"), ("Oversize Errors", "0", "n/a"), ("Symbol Errors", "0", "n/a"),
+        ("Total Errors", "0", "0"), ("Undersize Errors", "0", "n/a")])
+    return "\n".join(lines) + "\n"
 
 
 def _render(node: Any, fmt: str) -> str:

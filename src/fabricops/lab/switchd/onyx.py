@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from fabricops.lab.emul.devstate import switch_port_counters
 from fabricops.parsers.onyx import expand_interface_range
 
 from .onyx_releases import DEFAULT_RELEASE, release_info
@@ -441,6 +442,45 @@ class OnyxSwitch:
         n = int(port.split("/")[-1])
         return f"7c:fe:90:{h[0]:02x}:{h[1]:02x}:{(h[2] + 2 * n) % 256:02x}"
 
+    def port_counters(self, port: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The Rx and Tx counter groups of a port, with the fields (and order) of the mellanox.onyx
+        fixture onyx_interfaces_show.cfg: bytes and packets are the flow ledger's (the traffic the
+        emulated perftest runs through this port, docs/lab-fidelity.md "Fabric physics") over a
+        base of control frames; the lab has no errors or discards of its own to count."""
+        c = switch_port_counters(self.fabric_file, self.name, port)
+        rx, tx = {}, {}
+        for group, side in ((rx, "rx"), (tx, "tx")):
+            group.update({"error packets": "0", "packets": str(c[f"{side}_packets"]),
+                          "bytes": str(c[f"{side}_bytes"]), "multicast packets": "0",
+                          "unicast packets": str(c[f"{side}_packets"]), "discard packets": "0",
+                          "broadcast packets": "0"})
+        tx["hoq discard packets"] = "0"
+        return rx, tx
+
+    def show_counters(self, ports: list[str], as_json: bool) -> str:
+        """`show interfaces ethernet 1/N counters`: the port's Rx and Tx counter groups (the same
+        groups and fields `show interfaces ethernet` shows, fixture onyx_interfaces_show.cfg); JSON
+        in the release's form of `show interfaces ethernet` (a list of one-key dicts from 3.6.6000,
+        flat blocks with "header" before)."""
+        blocks = []
+        for p in ports:
+            rx, tx = self.port_counters(p)
+            blocks.append((p, {"Rx": rx, "Tx": tx}))
+        if as_json:
+            if self.traits["api"]:
+                doc: Any = [{p: [f]} for p, f in blocks]
+            else:
+                doc = [{**f, "header": p} for p, f in blocks]
+            return json.dumps(doc, indent=4) + "\n"
+        lines = []
+        for p, f in blocks:
+            lines.append(f"{p}:")
+            for k, v in f.items():
+                lines.append(f"  {k}:")
+                lines += [f"    {sv:<20} {sk}" for sk, sv in v.items()]
+            lines.append("")
+        return "\n".join(lines)
+
     def show_interfaces(self, ports: list[str], as_json: bool) -> str:
         """`show interfaces ethernet`: the fields of mellanox.onyx fixture onyx_interfaces_show.cfg.
 
@@ -450,9 +490,7 @@ class OnyxSwitch:
         for p in ports:
             st, pc = self.port_state(p), self.cfg["ports"][p]
             mtu = pc["mtu"] or DEFAULT_MTU
-            rx = {k: "0" for k in ("error packets", "packets", "bytes", "multicast packets",
-                                   "unicast packets", "discard packets", "broadcast packets")}
-            tx = {**rx, "hoq discard packets": "0"}
+            rx, tx = self.port_counters(p)
             blocks.append((p, {
                 "Fec": "auto",
                 "Mac address": self._mac(p),
@@ -1147,6 +1185,10 @@ class OnyxSession:
         if m:
             ports = self._ports(m.group(1))
             return ports if isinstance(ports, str) else sw.show_qos(ports, as_json)
+        m = re.fullmatch(r"show interfaces ethernet (\S+) counters", s)
+        if m:
+            ports = self._ports(m.group(1))
+            return ports if isinstance(ports, str) else sw.show_counters(ports, as_json)
         m = re.fullmatch(r"show interfaces ethernet(?: (\S+))?(?: status)?", s)
         if m:
             ports = self._ports(m.group(1)) if m.group(1) and m.group(1) != "status" else sw.ports
