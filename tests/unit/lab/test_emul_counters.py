@@ -71,6 +71,26 @@ def test_a_test_that_ran_on_another_device_is_caught(tmp_path):
                          "the test reports 327.7 MB)")
 
 
+def test_the_wrong_device_fault_runs_on_other_and_is_caught(tmp_path):
+    """`fabricops lab fault gpu01 wrong-device mlx5_1 mlx5_0`: asked for -d mlx5_1, the emulated
+    perftest runs on mlx5_0 and still prints mlx5_1 -- only the negative control can tell."""
+    fabric = make_fabric(tmp_path, roce=False)
+    cli = make_host(tmp_path, fabric, "gpu01", lid=5, ip_last=1)
+    srv = make_host(tmp_path, fabric, "gpu02", lid=6, ip_last=2)
+    _second_ib_port(cli)
+    _write(cli / "var/lib/emulated-hw/wrong-device.json", '{"mlx5_1": "mlx5_0"}\n')
+    srv_dev = "mlx5_0/1"
+    before = {"client": _perfquery(cli, "gpu01", "mlx5_1/1"), "server": _perfquery(srv, "gpu02", srv_dev)}
+    server, client = run_pair("ib_write_bw", srv, cli, [], client_args=["-d", "mlx5_1", "--report_gbits"])
+    assert client.returncode == 0 and server.returncode == 0, client.stderr + server.stderr
+    assert "Device         : mlx5_1" in client.stdout  # what the operator sees
+    after = {"client": _perfquery(cli, "gpu01", "mlx5_1/1"), "server": _perfquery(srv, "gpu02", srv_dev)}
+    rec = parse_bw(client.stdout)
+    v = judge("ib_write_bw", before, after, reported_bytes(rec.results), rec.bidirectional)
+    assert not v.ok
+    assert v.message.startswith("traffic did not cross mlx5_1/1 on gpu01 (PortXmitData moved 0 B"), v.message
+
+
 def test_roce_sysfs_counters_bidirectional(tmp_path):
     fabric = make_fabric(tmp_path, roce=True)
     cli = make_host(tmp_path, fabric, "gpu01", link="Ethernet", ip_last=1)

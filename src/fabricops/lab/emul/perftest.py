@@ -215,6 +215,11 @@ def local_facts(opts: Options) -> tuple[dict[str, Any] | None, str | None]:
     if not hcas:
         return None, "No IB devices found\n Unable to find the Infiniband/RoCE device\n"
     name = opts.device or hcas[0]["name"]
+    # lab fault wrong-device (docs/lab-faults.md): a test of DEV runs on OTHER and still prints DEV,
+    # as a per-device test did that silently used the default device (awslabs/awsome-distributed-ai#1221)
+    shown = name
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        name = json.loads(devstate.path("var/lib/emulated-hw/wrong-device.json").read_text()).get(name, name)
     hca = next((h for h in hcas if h["name"] == name), None)
     if hca is None:
         return None, f"IB device {name} not found\n Unable to find the Infiniband/RoCE device\n"
@@ -238,6 +243,7 @@ def local_facts(opts: Options) -> tuple[dict[str, Any] | None, str | None]:
     facts = {
         "host": hw.get("host", socket.gethostname()),
         "device": name,
+        "shown_device": shown,
         "port": opts.ib_port,
         "link_layer": "Ethernet" if ethernet else "InfiniBand",
         "state": state,
@@ -788,7 +794,7 @@ def render_header(opts: Options, facts: dict[str, Any], server_side: bool) -> li
         title += " Latency Test"
     ethernet = facts["link_layer"] == "Ethernet"
     lines = [RESULT_LINE, f"                    {title}",
-             f" Dual-port       : OFF\t\tDevice         : {facts['device']}",
+             f" Dual-port       : OFF\t\tDevice         : {facts.get('shown_device', facts['device'])}",
              f" Number of qps   : {opts.qps}\t\tTransport type : IB",
              " Connection type : RC\t\tUsing SRQ      : OFF",
              " PCIe relax order: " + ("ON" if opts.kind == "bw" else "OFF"),
