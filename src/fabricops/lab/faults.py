@@ -140,7 +140,7 @@ def _switch_cables(topo: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]
                                        ("switch_b", "port_b", "switch_a", "port_a")):
             out.setdefault(ln[me], {})[str(ln[port])] = {
                 "link_layer": ll, "speed": ln["speed"], "width": ln["width"], "gbps": ln["gbps"],
-                "peer": f"{ln[other]} {ln[oport]}",
+                "peer": f"{ln[other]} {ln[oport]}", "peer_switch": (ln[other], str(ln[oport])),
             }
     return out
 
@@ -156,6 +156,11 @@ def _targets(lab: dict[str, Any]) -> dict[str, Target]:
     for s in topo.get("switches") or []:
         out[s["name"]] = Target(s["name"], "switch", s.get("os"), [str(p) for p in s.get("ports", [])],
                                 cables.get(s["name"], {}))
+    for t in out.values():  # an inter-switch link's other end: the peer switch's Target and port
+        for link in t.cabled.values():
+            peer = link.get("peer_switch")
+            if peer and peer[0] in out:
+                link["peer_target"] = out[peer[0]]
     return out
 
 
@@ -453,13 +458,31 @@ def _switch_link_plan(t: Target, kind: str, port: str, update: Callable[[dict[st
     if link is None:
         raise FaultError(f"{t.name} port {port} is not cabled (no host cable or link uses it): {kind} "
                          "needs a link to degrade")
-    if t.os == "ib":
-        return _ib_switch_plan(t, port, lambda entry: update(entry, link))
 
-    def faults(cur: dict[str, Any]) -> str:
-        return update(cur.setdefault("port_faults", {}).setdefault(port, {}), link)
+    def one_end(t: Target, port: str) -> Plan:
+        if t.os == "ib":
+            return _ib_switch_plan(t, port, lambda entry: update(entry, link))
 
-    return _switch_faults_plan(t, faults)
+        def faults(cur: dict[str, Any]) -> str:
+            return update(cur.setdefault("port_faults", {}).setdefault(port, {}), link)
+
+        return _switch_faults_plan(t, faults)
+
+    return _both_ends(t, port, one_end)
+
+
+def _both_ends(t: Target, port: str, one_end: Callable[[Target, str], Plan]) -> Plan:
+    """ONE_END's plan for PORT, and for an inter-switch link the same on the peer's port: a link
+    trains (and goes down, and flaps) at both ends alike. A host cable's host side stays as it is
+    (the host faults change that)."""
+    plan = one_end(t, port)
+    peer = (t.cabled.get(port) or {}).get("peer_target")
+    if peer is not None:
+        pport = t.cabled[port]["peer_switch"][1]
+        other = one_end(peer, pport)
+        plan.files.update(other.files)
+        plan.summary += f"; the link's other end {peer.name} port {pport} too"
+    return plan
 
 
 def _lanes(width: str) -> int:
@@ -554,7 +577,10 @@ def plan_switch_pfc_off(t: Target, args: list[str]) -> Plan:
 
 def plan_switch_port_down(t: Target, args: list[str]) -> Plan:
     _nargs("port-down", args, 1, 1, "PORT")
-    port = _switch_port(t, args[0])
+    return _both_ends(t, _switch_port(t, args[0]), _port_down_one_end)
+
+
+def _port_down_one_end(t: Target, port: str) -> Plan:
     if t.os == "ib":
 
         def down(entry: dict[str, Any]) -> str:

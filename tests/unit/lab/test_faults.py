@@ -400,6 +400,28 @@ def test_ib_switch_port_width_speed_flapping(two_tier, port):
     assert path.read_bytes() == original
 
 
+def test_isl_fault_changes_both_ends_and_clear_restores_both(two_tier):
+    """A link trains, flaps and goes down at both ends: ib-leaf2 33 is ib-spine1 port 2, leaf3 Eth1/18
+    is spine2 swp3 (Onyx leaf, Cumulus spine); pfc-off stays on the one end named."""
+    leaf, spine = ib_fabric("ib-leaf2"), ib_fabric("ib-spine1")
+    orig = leaf.read_bytes(), spine.read_bytes()
+    assert run("ib-leaf2", "port-width", "33", "1X") == 0
+    one_lane = {"link": "up", "speed": "NDR", "width": "1X", "gbps": 100}
+    assert json.loads(leaf.read_text())["ports"]["33"] == one_lane
+    assert json.loads(spine.read_text())["ports"]["2"] == one_lane
+    assert run("ib-spine1", "port-down", "2") == 0  # from the spine side this time
+    assert json.loads(leaf.read_text())["ports"]["33"]["link"] == "down"
+    assert run("leaf3", "flapping", "Eth1/18") == 0
+    entry = {"flaps": 8, "symbol_errors": 500}
+    assert json.loads(sw_faults("leaf3").read_text()) == {"port_faults": {"Eth1/18": entry}}
+    assert json.loads(sw_faults("spine2").read_text()) == {"port_faults": {"swp3": entry}}
+    assert run("leaf3", "pfc-off", "Eth1/18") == 0
+    assert "pfc_off" not in json.loads(sw_faults("spine2").read_text())
+    assert run("clear") == 0
+    assert (leaf.read_bytes(), spine.read_bytes()) == orig
+    assert not sw_faults("leaf3").exists() and not sw_faults("spine2").exists()
+
+
 def test_ib_port_speed_variant_sets_the_width(two_tier):
     assert run("ib-spine2", "port-speed", "1", "HDR100") == 0  # ib-spine2 port 1: ib-leaf1's uplink
     assert json.loads(ib_fabric("ib-spine2").read_text())["ports"]["1"] == {
