@@ -24,9 +24,15 @@ def register(subparsers) -> None:
     lab_sub.required = True
 
     up = lab_sub.add_parser("up", help="bring the lab up (or reconcile the one that is up)")
-    src = up.add_mutually_exclusive_group()
-    src.add_argument("--topology", metavar="FILE", help="topology file (default: the 4-host HGX H100 rack)")
-    src.add_argument("--hosts", type=int, metavar="N", help="the default rack's shape with N hosts")
+    up.add_argument(
+        "--topology",
+        metavar="NAME|FILE",
+        help="a lab topology by name (default: the 4-host HGX H100 rack; two-tier: 8 hosts on leaf-spine "
+        "InfiniBand and RoCE fabrics) or a topology file",
+    )
+    up.add_argument(
+        "--hosts", type=int, metavar="N", help="that topology's shape with N hosts (default topology if none)"
+    )
     up.add_argument(
         "--inventory-dir",
         metavar="DIR",

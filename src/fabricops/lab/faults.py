@@ -116,6 +116,33 @@ class Target:
     kind: str  # "host" | "switch"
     os: str | None = None
     ports: list[str] = field(default_factory=list)
+    #: switch port -> what is cabled there: {"link_layer", "speed", "width", "gbps", "peer"}
+    cabled: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _switch_cables(topo: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """switch -> port -> the link trained on it: host cables (the host port's speed and width) and
+    inter-switch links (the topology's normalised ``links``)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    hosts = topo.get("hosts") or []
+    ports = {(h["name"], p["netdev"]): p for h in hosts for hca in h["hcas"] for p in hca["ports"]}
+    ib = {s["name"] for s in topo.get("switches") or [] if s.get("os") == "ib"}
+    for c in topo.get("cabling") or []:
+        p = ports.get((c["host"], c["netdev"]))
+        if p is not None:
+            out.setdefault(c["switch"], {})[str(c["switch_port"])] = {
+                "link_layer": p["link_layer"], "speed": p["speed"], "width": p["width"],
+                "gbps": p["rate_gbps"], "peer": f"{c['host']} {c['netdev']}",
+            }
+    for ln in topo.get("links") or []:
+        ll = "InfiniBand" if ln["switch_a"] in ib else "Ethernet"
+        for me, port, other, oport in (("switch_a", "port_a", "switch_b", "port_b"),
+                                       ("switch_b", "port_b", "switch_a", "port_a")):
+            out.setdefault(ln[me], {})[str(ln[port])] = {
+                "link_layer": ll, "speed": ln["speed"], "width": ln["width"], "gbps": ln["gbps"],
+                "peer": f"{ln[other]} {ln[oport]}", "peer_switch": (ln[other], str(ln[oport])),
+            }
+    return out
 
 
 def _targets(lab: dict[str, Any]) -> dict[str, Target]:
@@ -125,8 +152,15 @@ def _targets(lab: dict[str, Any]) -> dict[str, Target]:
         out[h["name"]] = Target(h["name"], "host")
     for name in lab.get("hosts") or {}:
         out.setdefault(name, Target(name, "host"))
+    cables = _switch_cables(topo)
     for s in topo.get("switches") or []:
-        out[s["name"]] = Target(s["name"], "switch", s.get("os"), [str(p) for p in s.get("ports", [])])
+        out[s["name"]] = Target(s["name"], "switch", s.get("os"), [str(p) for p in s.get("ports", [])],
+                                cables.get(s["name"], {}))
+    for t in out.values():  # an inter-switch link's other end: the peer switch's Target and port
+        for link in t.cabled.values():
+            peer = link.get("peer_switch")
+            if peer and peer[0] in out:
+                link["peer_target"] = out[peer[0]]
     return out
 
 
@@ -431,21 +465,164 @@ def plan_session_drop(t: Target, args: list[str]) -> Plan:
     return _switch_faults_plan(t, update)
 
 
-def plan_switch_port_down(t: Target, args: list[str]) -> Plan:
-    _nargs("port-down", args, 1, 1, "PORT")
-    port = args[0]
+def _switch_port(t: Target, port: str) -> str:
     if port not in t.ports:
         sample = ", ".join(t.ports[:3]) + (", ..." if len(t.ports) > 3 else "")
         raise FaultError(f"{t.name} has no port {port!r} (ports: {sample})")
-    if t.os == "ib":
-        path = paths.fabric_dir() / "switches" / f"{t.name}.json"
+    return port
+
+
+def _ib_switch_plan(t: Target, port: str, update: Callable[[dict[str, Any]], str]) -> Plan:
+    """An InfiniBand switch's fault: its fabric file's port entry (no management session runs)."""
+    path = paths.fabric_dir() / "switches" / f"{t.name}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {"name": t.name, "os": "ib", "ports": {p: {"link": "up"} for p in t.ports}}
+    summary = update(data.setdefault("ports", {}).setdefault(port, {}))
+    return Plan(summary=summary, files={path: (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()})
+
+
+def _switch_link_plan(t: Target, kind: str, port: str, update: Callable[[dict[str, Any], dict], str]) -> Plan:
+    """A fault on the link trained at a switch port (host-facing or inter-switch alike): UPDATE gets
+    the port's fault entry (the fabric file's port on an InfiniBand switch, ``port_faults.PORT`` of
+    the emulator's faults.json on Onyx/Cumulus, which the emulator merges into its fabric file) and
+    what is cabled there."""
+    _switch_port(t, port)
+    link = t.cabled.get(port)
+    if link is None:
+        raise FaultError(f"{t.name} port {port} is not cabled (no host cable or link uses it): {kind} "
+                         "needs a link to degrade")
+
+    def one_end(t: Target, port: str) -> Plan:
+        if t.os == "ib":
+            return _ib_switch_plan(t, port, lambda entry: update(entry, link))
+
+        def faults(cur: dict[str, Any]) -> str:
+            return update(cur.setdefault("port_faults", {}).setdefault(port, {}), link)
+
+        return _switch_faults_plan(t, faults)
+
+    return _both_ends(t, port, one_end)
+
+
+def _both_ends(t: Target, port: str, one_end: Callable[[Target, str], Plan]) -> Plan:
+    """ONE_END's plan for PORT, and for an inter-switch link the same on the peer's port: a link
+    trains (and goes down, and flaps) at both ends alike. A host cable's host side stays as it is
+    (the host faults change that)."""
+    plan = one_end(t, port)
+    peer = (t.cabled.get(port) or {}).get("peer_target")
+    if peer is not None:
+        pport = t.cabled[port]["peer_switch"][1]
+        other = one_end(peer, pport)
+        plan.files.update(other.files)
+        plan.summary += f"; the link's other end {peer.name} port {pport} too"
+    return plan
+
+
+def _lanes(width: str) -> int:
+    return rates.WIDTHS.get(str(width).upper(), 4)
+
+
+def _link_rate(link: dict[str, Any], speed: str, width: str) -> int:
+    """Gb/s of the link at SPEED and WIDTH: InfiniBand from the rate table; Ethernet SPEED's rate
+    scaled by lanes (as the host port-width fault does: 400GbE at 2X = 200)."""
+    if link["link_layer"] == "InfiniBand":
+        return int(rates.ib_port_rate(speed, width))
+    return int(rates.eth_port_rate(speed) * _lanes(width) // _lanes(link["width"]))
+
+
+def plan_switch_port_width(t: Target, args: list[str]) -> Plan:
+    _nargs("port-width", args, 2, 2, "PORT WIDTH (e.g. swp31 2X)")
+    width = args[1].upper()
+    if width not in rates.WIDTHS:
+        raise FaultError(f"{args[1]!r} is not a link width (one of {', '.join(rates.WIDTHS)})")
+
+    def update(entry: dict[str, Any], link: dict[str, Any]) -> str:
+        speed = str(entry.get("speed", link["speed"]))
+        entry.update({"speed": speed, "width": width, "gbps": _link_rate(link, speed, width)})
+        return f"port {args[0]} ({link['peer']}) at {width}: {entry['gbps']} Gb/s"
+
+    return _switch_link_plan(t, "port-width", args[0], update)
+
+
+def plan_switch_port_speed(t: Target, args: list[str]) -> Plan:
+    _nargs("port-speed", args, 2, 2, "PORT SPEED (e.g. 33 HDR or swp31 200GbE)")
+    spec = args[1]
+    port = _switch_port(t, args[0])
+    link = t.cabled.get(port)
+    if link is not None and link["link_layer"] == "InfiniBand":
+        key = spec.upper()
+        if key not in rates.IB and key not in rates.IB_VARIANTS:
+            raise FaultError(f"{spec!r} is not an InfiniBand speed (one of {', '.join(rates.IB)})")
+    elif link is not None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {"name": t.name, "os": "ib", "ports": {p: {"link": "up"} for p in t.ports}}
-        data.setdefault("ports", {}).setdefault(port, {})["link"] = "down"
-        return Plan(summary=f"port {port} link down",
-                    files={path: (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()})
+            rates.eth_port_rate(spec)
+        except ValueError:
+            raise FaultError(f"{spec!r} is not an Ethernet speed like 200GbE ({t.name} port {port} is an "
+                             "Ethernet port)") from None
+
+    def update(entry: dict[str, Any], link: dict[str, Any]) -> str:
+        width = str(entry.get("width", link["width"]))
+        if link["link_layer"] == "InfiniBand":
+            key = spec.upper()
+            variant = rates.IB_VARIANTS.get(key)
+            speed, width = (variant.generation, variant.width) if variant else (key, width)
+            entry.update({"speed": speed, "width": width, "gbps": _link_rate(link, speed, width)})
+        else:
+            speed = f"{rates.eth_port_rate(spec)}GbE"
+            entry.update({"speed": speed, "width": width, "gbps": int(rates.eth_port_rate(spec))})
+        return f"port {port} ({link['peer']}) at {entry['speed']}: {entry['gbps']} Gb/s"
+
+    return _switch_link_plan(t, "port-speed", port, update)
+
+
+def plan_switch_flapping(t: Target, args: list[str]) -> Plan:
+    _nargs("flapping", args, 1, 2, "PORT [FLAPS]")
+    flaps = FLAPS
+    if len(args) == 2:
+        if not args[1].isdigit() or int(args[1]) < 1:
+            raise FaultError(f"FLAPS must be a positive number, not {args[1]!r}")
+        flaps = int(args[1])
+
+    def update(entry: dict[str, Any], link: dict[str, Any]) -> str:
+        entry["flaps"] = int(entry.get("flaps", 0)) + flaps
+        entry["symbol_errors"] = int(entry.get("symbol_errors", 0)) + SYMBOL_ERRORS
+        return (f"port {args[0]} ({link['peer']}) flapped {entry['flaps']} times, "
+                f"{entry['symbol_errors']} symbol errors")
+
+    return _switch_link_plan(t, "flapping", args[0], update)
+
+
+def plan_switch_pfc_off(t: Target, args: list[str]) -> Plan:
+    _nargs("pfc-off", args, 1, 1, "PORT")
+    if t.os == "ib":
+        raise FaultError(f"{t.name} is an InfiniBand switch: PFC is an Ethernet (RoCE) setting")
+    port = _switch_port(t, args[0])
+
+    def update(cur: dict[str, Any]) -> str:
+        off = [str(p) for p in cur.get("pfc_off", [])]
+        if port not in off:
+            off.append(port)
+        cur["pfc_off"] = off
+        return f"port {port} PFC off (running configuration, as an operator would)"
+
+    return _switch_faults_plan(t, update)
+
+
+def plan_switch_port_down(t: Target, args: list[str]) -> Plan:
+    _nargs("port-down", args, 1, 1, "PORT")
+    return _both_ends(t, _switch_port(t, args[0]), _port_down_one_end)
+
+
+def _port_down_one_end(t: Target, port: str) -> Plan:
+    if t.os == "ib":
+
+        def down(entry: dict[str, Any]) -> str:
+            entry["link"] = "down"
+            return f"port {port} link down"
+
+        return _ib_switch_plan(t, port, down)
 
     def update(cur: dict[str, Any]) -> str:
         down = [str(p) for p in cur.get("ports_down", [])]
@@ -474,6 +651,10 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),
     "port-down": (plan_switch_port_down, "PORT"),
+    "port-width": (plan_switch_port_width, "PORT WIDTH"),
+    "port-speed": (plan_switch_port_speed, "PORT SPEED"),
+    "flapping": (plan_switch_flapping, "PORT [FLAPS]"),
+    "pfc-off": (plan_switch_pfc_off, "PORT"),
 }
 
 

@@ -244,7 +244,16 @@ def nic_affinity(hcas: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict
 
 
 def cabling_json(topo: dict[str, Any]) -> dict[str, Any]:
-    return {"links": [dict(c) for c in topo["cabling"]]}
+    """The rack's cables as the emulated tools see them (docs/lab-device-contract.md): ``links``
+    host cables, ``isls`` the normalised inter-switch links (leaf first), ``switches`` each
+    switch's OS and tier."""
+    return {
+        "links": [dict(c) for c in topo["cabling"]],
+        "isls": [dict(link) for link in topo.get("links") or []],
+        "switches": {
+            s["name"]: {"os": s["os"], "tier": s.get("tier", "leaf")} for s in topo.get("switches") or []
+        },
+    }
 
 
 def addresses_json(

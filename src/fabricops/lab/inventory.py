@@ -37,6 +37,7 @@ ROCE = {
 SWITCH_USERS = {"onyx": "admin", "cumulus": "cumulus"}
 FILES = ("hosts.yml", "group_vars/all.yml")
 CABLE_ORDER = ("host", "netdev", "hca", "port", "switch", "switch_port")
+LINK_ORDER = ("switch_a", "port_a", "switch_b", "port_b", "tier", "speed")
 
 
 def ssh_common_args() -> str:
@@ -59,6 +60,8 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
             "fabricops_switch_os": sw["os"],
             "fabricops_switch_model": sw["model"],
         }
+        if topo.get("links"):  # a multi-tier rack: each switch's tier, as the planner writes it
+            entry["fabricops_switch_tier"] = sw.get("tier", "leaf")
         if sw["os"] == "ib":
             # Managed by its subnet manager, not over SSH here: listed for cabling and reports.
             entry["fabricops_switch_reachable"] = bool(info.get("port"))
@@ -116,6 +119,9 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
         "fabricops_hardware_profile": topo.get("hardware_profile", "hgx-h100-ndr"),
         "fabricops_cabling": [{k: c[k] for k in CABLE_ORDER} for c in topo["cabling"]],
     }
+    if topo.get("links"):
+        # inter-switch links in the planner's shape (plan/writers.py); none in a one-tier rack
+        data["fabricops_switch_links"] = [{k: ln[k] for k in LINK_ORDER} for ln in topo["links"]]
     roce_netdevs = {}
     for h in topo["hosts"]:
         for hca in h["hcas"]:

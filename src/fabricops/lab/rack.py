@@ -58,11 +58,8 @@ def _pmap_settled(fn, items: list) -> list[tuple[Any, Exception | None]]:
 
 
 def resolve_topology(topology_file: str | None, n_hosts: int | None) -> dict[str, Any]:
-    if topology_file and n_hosts:
-        raise FabricopsError("give either --topology or --hosts, not both")
-    if n_hosts:
-        return topology.scaled(n_hosts)
-    return topology.load(topology_file)
+    """--topology NAME|FILE (topology-NAME.yml from the data dir, or a path), --hosts N scales it."""
+    return topology.resolve(topology_file, n_hosts)
 
 
 def _leftovers() -> bool:

@@ -9,6 +9,7 @@ names the bad key path, e.g. ``hosts[1].hcas[0].ports[0].speed: 'NDX' is not an 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,9 @@ GUID_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
-TOP_KEYS = {"name", "hardware_profile", "subnet_manager", "host_profiles", "hosts", "switches", "cabling"}
+TOP_KEYS = {
+    "name", "hardware_profile", "subnet_manager", "host_profiles", "hosts", "switches", "cabling", "links",
+}
 #: Who runs the InfiniBand subnet manager: the managed switch, or OpenSM on hosts
 #: (docs/fabric-services.md, "The lab"); absent = switch.
 SUBNET_MANAGERS = ("switch", "hosts")
@@ -64,7 +67,14 @@ PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
 PORT_KEYS = {"port", "link_layer", "speed", "width", "netdev", "port_guid", "mac"}
-SWITCH_KEYS = {"name", "os", "model", "ports", "release"}
+SWITCH_KEYS = {"name", "os", "model", "ports", "release", "tier"}
+#: A switch's place in the fabric. The lab models one- and two-tier fabrics: hosts on leaves, and
+#: inter-switch links (``links:``) only between a leaf and a spine (no leaf-leaf, no spine-spine).
+SWITCH_TIERS = ("leaf", "spine")
+#: ``links:`` entries: the planner's ``fabricops_switch_links`` shape (plan/writers.py ``_link``).
+LINK_KEYS = {"switch_a", "port_a", "switch_b", "port_b", "speed", "width", "tier"}
+LINK_TIERS = ("leaf_spine",)
+PLURAL = {"leaf": "leaves", "spine": "spines"}
 PORTS_KEYS = {"format", "first", "count"}
 CABLE_KEYS = {"host", "netdev", "switch", "port"}
 
@@ -196,6 +206,7 @@ class _Validator:
             switches.append(sw)
 
         cabling = self.cabling(top["cabling"], hosts, switches)
+        links = self.links(top.get("links") or [], hosts, switches, cabling)
         subnet_manager = self.subnet_manager(top.get("subnet_manager", "switch"), switches, cabling)
         rails = self.rails(hosts)
         for h in hosts:
@@ -213,6 +224,7 @@ class _Validator:
             "hosts": hosts,
             "switches": switches,
             "cabling": cabling,
+            "links": links,
         }
 
     def subnet_manager(self, value: Any, switches: list[dict], cabling: list[dict]) -> str:
@@ -375,6 +387,7 @@ class _Validator:
             "index": index,
             "mgmt_ip": f"{MGMT_NET}.{SWITCH_IP_BASE + index}",
             "ports": ports,
+            "tier": self.choice(s.get("tier", "leaf"), f"{where}.tier", SWITCH_TIERS, "a switch tier"),
             **self.switch_release(s, where, os_),
         }
         return out
@@ -438,6 +451,10 @@ class _Validator:
             sport = self.string(c["port"], f"{w}.port")
             if sport not in sw["ports"]:
                 raise self.err(f"{w}.port", f"{sname} has no port {sport!r}")
+            if sw["tier"] != "leaf":
+                raise self.err(
+                    f"{w}.switch", f"{sname} is a spine: hosts are cabled to leaves (spines only take links)"
+                )
             if (p["link_layer"] == "InfiniBand") != (sw["os"] == "ib"):
                 raise self.err(
                     f"{w}.switch",
@@ -461,6 +478,94 @@ class _Validator:
                     "switch_port": sport,
                 }
             )
+        return out
+
+    def links(
+        self, value: Any, hosts: list[dict], switches: list[dict], cabling: list[dict]
+    ) -> list[dict[str, Any]]:
+        """Inter-switch links: each joins a leaf and a spine of the same fabric (ib with ib, Onyx or
+        Cumulus with Onyx or Cumulus) on ports no host cable or other link uses. Normalised leaf
+        first, with the speed and width of the host ports on that fabric unless given, and ``gbps``
+        from the product's rate table (fabricops.model.rates, as host ports get ``rate_gbps``)."""
+        by_switch = {s["name"]: s for s in switches}
+        used: dict[tuple[str, str], str] = {
+            (c["switch"], c["switch_port"]): f"cabling[{i}]" for i, c in enumerate(cabling)
+        }
+        checked: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for i, link in enumerate(self.seq(value, "links", nonempty=False)):
+            w = f"links[{i}]"
+            link = self.mapping(link, w, LINK_KEYS, ("switch_a", "port_a", "switch_b", "port_b"))
+            ends = []
+            for side in ("a", "b"):
+                sname = self.string(link[f"switch_{side}"], f"{w}.switch_{side}")
+                if sname not in by_switch:
+                    raise self.err(f"{w}.switch_{side}", f"{sname!r} is not a switch of this topology")
+                sport = self.string(link[f"port_{side}"], f"{w}.port_{side}")
+                if sport not in by_switch[sname]["ports"]:
+                    raise self.err(f"{w}.port_{side}", f"{sname} has no port {sport!r}")
+                if (sname, sport) in used:
+                    raise self.err(
+                        f"{w}.port_{side}", f"{sname}:{sport} is already cabled by {used[(sname, sport)]}"
+                    )
+                used[(sname, sport)] = w
+                ends.append((by_switch[sname], sport))
+            (sa, pa), (sb, pb) = ends
+            if (sa["os"] == "ib") != (sb["os"] == "ib"):
+                raise self.err(
+                    f"{w}.switch_b",
+                    f"{sa['os']} switch {sa['name']} cannot be linked to {sb['os']} switch {sb['name']} "
+                    "(InfiniBand and Ethernet are separate fabrics)",
+                )
+            if sa["tier"] == sb["tier"]:
+                raise self.err(
+                    f"{w}.switch_b",
+                    f"{sa['name']} and {sb['name']} are both {PLURAL[sa['tier']]}: a link joins a leaf and "
+                    "a spine (the lab models two-tier leaf-spine fabrics only)",
+                )
+            if "tier" in link:
+                self.choice(link["tier"], f"{w}.tier", LINK_TIERS, "a link tier the lab models")
+            leaf, lport, spine, sport = (sa, pa, sb, pb) if sa["tier"] == "leaf" else (sb, pb, sa, pa)
+            ends_out = {"switch_a": leaf["name"], "port_a": lport, "switch_b": spine["name"], "port_b": sport}
+            checked.append((w, link, ends_out))
+        if not checked:
+            return []
+        # the fabric of each switch: switches joined by links (union-find over the link list)
+        parent = {s["name"]: s["name"] for s in switches}
+
+        def root(n: str) -> str:
+            while parent[n] != n:
+                parent[n] = parent[parent[n]]
+                n = parent[n]
+            return n
+
+        for _, _, e in checked:
+            parent[root(e["switch_a"])] = root(e["switch_b"])
+        ports = {(h["name"], p["netdev"]): p for h in hosts for hca in h["hcas"] for p in hca["ports"]}
+        fabric_port: dict[str, dict[str, Any]] = {}
+        for c in cabling:  # the first host port cabled to each fabric gives its ISLs' speed and width
+            fabric_port.setdefault(root(c["switch"]), ports[(c["host"], c["netdev"])])
+        out = []
+        for w, link, e in checked:
+            host_port = fabric_port.get(root(e["switch_a"]))
+            ll = "InfiniBand" if by_switch[e["switch_a"]]["os"] == "ib" else "Ethernet"
+            if host_port is None and "speed" not in link:
+                raise self.err(
+                    f"{w}.speed", "is required (no host port is cabled to this fabric to take it from)"
+                )
+            speed = self.string(link["speed"], f"{w}.speed") if "speed" in link else host_port["speed"]
+            if ll == "InfiniBand" and speed not in IB_SPEEDS:
+                raise self.err(
+                    f"{w}.speed", f"{speed!r} is not an InfiniBand speed (one of {', '.join(IB_SPEEDS)})"
+                )
+            if ll == "Ethernet" and not ETH_SPEED_RE.match(speed):
+                raise self.err(f"{w}.speed", f"{speed!r} is not an Ethernet speed (like 400GbE)")
+            default_width = host_port["width"] if host_port else "4X"
+            width = self.choice(link.get("width", default_width), f"{w}.width", IB_WIDTHS, "a link width")
+            try:
+                gbps = port_rate(ll, speed, width)
+            except ValueError as exc:
+                raise self.err(f"{w}.width", f"{speed} {width} is not a valid link ({exc})") from None
+            out.append({**e, "speed": speed, "width": width, "gbps": gbps, "tier": "leaf_spine"})
         return out
 
     def rails(self, hosts: list[dict]) -> dict[tuple[str, int], int]:
@@ -504,15 +609,18 @@ def _first_dup(items: list[str]) -> str | None:
 
 
 def scaled(n: int, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The default rack's shape with N hosts: hosts named like the first (gpu01..gpuNN), every
-    host cabled like the first, switch ports numbered on and grown when N needs more."""
+    """The default rack's shape (or BASE's, a raw topology) with N hosts: hosts named like the
+    first (gpu01..gpuNN), every host cabled like the first, switch ports numbered on and grown when
+    N needs more. A BASE with ``links:`` (a two-tier fabric) is scaled by :func:`_scaled_two_tier`."""
     if not 1 <= n <= MAX_HOSTS:
         raise TopologyError("--hosts", f"{n} is out of range 1..{MAX_HOSTS}")
     raw = yaml.safe_load(DEFAULT_TOPOLOGY.read_text()) if base is None else copy.deepcopy(base)
+    if not isinstance(raw, dict) or not raw.get("hosts") or not raw.get("cabling") or not raw.get("switches"):
+        return normalise(raw, source=f"--hosts {n}")  # the validator names what is missing
+    if raw.get("links"):
+        return _scaled_two_tier(n, raw)
     first = raw["hosts"][0]
-    m = re.match(r"^(.*?)(\d+)$", first["name"])
-    stem, width = (m.group(1), max(2, len(m.group(2)))) if m else (first["name"], 2)
-    hosts = [dict(first, name=f"{stem}{i:0{width}d}") for i in range(1, n + 1)]
+    hosts = _host_names(first, n)
     per_switch: dict[str, list[dict]] = {}
     for c in raw["cabling"]:
         if c["host"] == first["name"]:
@@ -522,21 +630,136 @@ def scaled(n: int, base: dict[str, Any] | None = None) -> dict[str, Any]:
     for i, h in enumerate(hosts):
         for sname, cables in per_switch.items():
             sw = switches[sname]
-            spec = sw["ports"]
             for k, c in enumerate(cables):
-                idx = i * len(cables) + k
-                if isinstance(spec, dict):
-                    port = spec["format"].replace("{n}", str(spec.get("first", 1) + idx))
-                else:
-                    port = spec[idx] if idx < len(spec) else f"{sname}-p{idx + 1}"
+                port = _port_name(sw, i * len(cables) + k)
                 cabling.append({"host": h["name"], "netdev": c["netdev"], "switch": sname, "port": port})
     for sname, cables in per_switch.items():
-        spec = switches[sname]["ports"]
-        need = n * len(cables)
-        if isinstance(spec, dict):
-            spec["count"] = max(int(spec["count"]), need)
-        elif need > len(spec):
-            switches[sname]["ports"] = list(spec) + [f"{sname}-p{k + 1}" for k in range(len(spec), need)]
+        _grow_ports(switches[sname], n * len(cables))
     raw["hosts"] = hosts
     raw["cabling"] = cabling
     return normalise(raw, source=f"--hosts {n}")
+
+
+def _host_names(first: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    m = re.match(r"^(.*?)(\d+)$", str(first["name"]))
+    stem, width = (m.group(1), max(2, len(m.group(2)))) if m else (first["name"], 2)
+    return [dict(first, name=f"{stem}{i:0{width}d}") for i in range(1, n + 1)]
+
+
+def _port_name(sw: dict[str, Any], idx: int) -> str:
+    """The switch's port number IDX (0-based) in its ``ports:`` spec (a list grows NAME-pK names)."""
+    spec = sw["ports"]
+    if isinstance(spec, dict):
+        return str(spec["format"]).replace("{n}", str(int(spec.get("first", 1)) + idx))
+    return str(spec[idx]) if idx < len(spec) else f"{sw['name']}-p{idx + 1}"
+
+
+def _port_count(sw: dict[str, Any]) -> int:
+    spec = sw["ports"]
+    return int(spec["count"]) if isinstance(spec, dict) else len(spec)
+
+
+def _grow_ports(sw: dict[str, Any], need: int) -> None:
+    spec = sw["ports"]
+    if isinstance(spec, dict):
+        spec["count"] = max(int(spec["count"]), need)
+    elif need > len(spec):
+        sw["ports"] = list(spec) + [f"{sw['name']}-p{k + 1}" for k in range(len(spec), need)]
+
+
+def _scaled_two_tier(n: int, raw: dict[str, Any]) -> dict[str, Any]:
+    """A two-tier BASE with N hosts (docs/lab.md, "Two-tier topology").
+
+    Each of the first host's netdevs is cabled, host by host, round-robin over the leaves that
+    netdev reaches in BASE (host i on leaf ((i-1) % L)+1), on the leaf's ports from the first.
+    Each leaf gets U = max(1, ceil(hosts on it / S)) links to each of its S spines (BASE's links
+    name them), so its S*U uplinks carry all its hosts at full rate (1:1, non-blocking). Uplinks
+    take the leaf's ports from the upper half (or right after its hosts, when they fill more);
+    each spine's ports are taken in order, leaf by leaf. Switches grow ports when N needs more.
+    """
+    first = raw["hosts"][0]
+    hosts = _host_names(first, n)
+    switches = {s["name"]: s for s in raw["switches"]}
+    leaves_of: dict[str, list[str]] = {}  # netdev -> the leaves it is cabled to in BASE, in order
+    netdevs = [c["netdev"] for c in raw["cabling"] if c["host"] == first["name"]]
+    for c in raw["cabling"]:
+        if c["netdev"] in netdevs and c["switch"] not in leaves_of.setdefault(c["netdev"], []):
+            leaves_of[c["netdev"]].append(c["switch"])
+    spines_of: dict[str, list[str]] = {}  # leaf -> its spines (BASE's links), in order
+    link_attrs: dict[tuple[str, str], dict[str, Any]] = {}
+    for link in raw["links"]:
+        a, b = link["switch_a"], link["switch_b"]
+        leaf, spine = (a, b) if switches[a].get("tier", "leaf") == "leaf" else (b, a)
+        if spine not in spines_of.setdefault(leaf, []):
+            spines_of[leaf].append(spine)
+        link_attrs.setdefault((leaf, spine), {k: link[k] for k in ("speed", "width") if k in link})
+    on_leaf: dict[str, int] = {}
+    cabling = []
+    for i, h in enumerate(hosts):
+        for nd in netdevs:
+            leaves = leaves_of[nd]
+            leaf = leaves[i % len(leaves)]
+            k = on_leaf.get(leaf, 0)
+            on_leaf[leaf] = k + 1
+            port = _port_name(switches[leaf], k)
+            cabling.append({"host": h["name"], "netdev": nd, "switch": leaf, "port": port})
+    links = []
+    spine_used: dict[str, int] = {}
+    for leaf in dict.fromkeys(lf for nd in netdevs for lf in leaves_of[nd]):
+        spines = spines_of.get(leaf, [])
+        if not spines:
+            continue
+        h_leaf = on_leaf.get(leaf, 0)
+        up = max(1, math.ceil(h_leaf / len(spines)))
+        start = max(_port_count(switches[leaf]) // 2, h_leaf)
+        _grow_ports(switches[leaf], start + up * len(spines))
+        for s_i, spine in enumerate(spines):
+            for u in range(up):
+                sk = spine_used.get(spine, 0)
+                spine_used[spine] = sk + 1
+                links.append({
+                    "switch_a": leaf,
+                    "port_a": _port_name(switches[leaf], start + s_i * up + u),
+                    "switch_b": spine,
+                    "port_b": _port_name(switches[spine], sk),
+                    **link_attrs.get((leaf, spine), {}),
+                })
+    for leaf, k in on_leaf.items():
+        _grow_ports(switches[leaf], k)
+    for spine, k in spine_used.items():
+        _grow_ports(switches[spine], k)
+    raw["hosts"] = hosts
+    raw["cabling"] = cabling
+    raw["links"] = links
+    return normalise(raw, source=f"--hosts {n}")
+
+
+def resolve(topology: str | None = None, n_hosts: int | None = None) -> dict[str, Any]:
+    """What ``fabricops lab up [--topology NAME|FILE] [--hosts N]`` brings up, normalised.
+
+    NAME picks ``topology-NAME.yml`` from the lab's data directory (``default``, ``two-tier``);
+    anything with a ``/`` or a ``.yml``/``.yaml`` suffix, or an existing file, is a path. ``--hosts
+    N`` scales that topology (the default rack when none is given) with :func:`scaled`."""
+    path = DEFAULT_TOPOLOGY
+    if topology:
+        p = Path(topology)
+        if "/" in topology or p.suffix in (".yml", ".yaml") or p.exists():
+            path = p
+        else:
+            path = paths.DATA_DIR / f"topology-{topology}.yml"
+            if not NAME_RE.match(topology) or not path.is_file():
+                files = paths.DATA_DIR.glob("topology-*.yml")
+                names = sorted(f.stem.removeprefix("topology-") for f in files)
+                raise TopologyError(
+                    "--topology",
+                    f"{topology!r} is neither a file nor a lab topology (one of {', '.join(names)})",
+                )
+    if not n_hosts:
+        return load(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TopologyError("file", f"cannot read {path} ({exc.strerror})", None) from None
+    except yaml.YAMLError:
+        return load(path)  # names the line
+    return scaled(n_hosts, raw)

@@ -4,7 +4,8 @@
 ``switches`` / ``ib_switches``), ``group_vars/all.yml`` (``fabricops_hardware_profile``,
 ``fabricops_roce`` when the fabric is RoCE, ``fabricops_cabling`` host-to-leaf cables and
 ``fabricops_switch_links`` between tiers) and ``lab-topology.yml``: 2-4 hosts of the plan's shape,
-cabled to the plan's first leaf of every rail, which ``fabricops.lab.topology.load`` accepts.
+cabled as the plan cables them (a multi-tier plan: with the leaves' spines and links, two-tier),
+which ``fabricops.lab.topology.load`` accepts.
 """
 
 from __future__ import annotations
@@ -251,8 +252,18 @@ def _render_all_yml(data: dict[str, Any]) -> str:
     return text
 
 
-def lab_slice(plan: Plan, hosts: int | None = None) -> dict[str, Any]:
-    """A lab topology (raw, as the file holds it) of 2-4 hosts shaped like the plan's nodes."""
+def lab_slice(
+    plan: Plan,
+    hosts: int | None = None,
+    wiring: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[str]]] | None = None,
+) -> dict[str, Any]:
+    """A lab topology (raw, as the file holds it) of 2-4 hosts shaped like the plan's nodes.
+
+    A multi-tier plan (``tiers >= 2``) gives a two-tier slice: the plan's first hosts cabled as the
+    plan cables them, the leaves they reach, the spines those leaves link to most (two, more only
+    when a leaf reaches neither) and the plan's leaf-spine links between them (``links:``, the
+    ``fabricops_switch_links`` shape, same names and ports). The lab models two tiers: spine-core
+    and Dragonfly+ global links stay out. WIRING is :func:`cabling`'s result when the caller has it."""
     d = plan.design
     n = hosts or max(2, min(LAB_MAX_SLICE_HOSTS, d.nodes))
     n = min(n, lab_topology.MAX_HOSTS)
@@ -269,7 +280,17 @@ def lab_slice(plan: Plan, hosts: int | None = None) -> dict[str, Any]:
         port["width"] = "4X"
     hcas = [{"name": f"mlx5_{r}", "ports": [dict(port, netdev=nds[r])]} for r in range(rails)]
     gpu = {"model": plan.gpu_model, "count": d.gpus_per_node, "topology": "nvswitch"}
-    names = host_names(n)
+    two_tier = d.tiers >= 2 and sw is not None and d.nodes > 1
+    names = host_names(d.nodes)[:n] if two_tier else host_names(n)  # two-tier: the plan's own hosts
+    lab_name = f"plan-{d.gpus}gpu"
+    head = {
+        "name": lab_name,
+        "hardware_profile": plan.hardware_profile or lab_name,
+        "host_profiles": {"node": {"gpus": gpu, "hcas": hcas}},
+        "hosts": [{"name": h, "profile": "node"} for h in names],
+    }
+    if two_tier:
+        return {**head, **_two_tier_slice(plan, names, nds, wiring or cabling(plan))}
     plan_leaves = _switch_names(plan)["leaf"] if sw is not None and d.nodes > 1 else []
     if d.tiers >= 2 and d.rail_optimised and d.topology != "Dragonfly+" and rails > 1:
         # the first leaf of every rail's leaf group, named as in the plan
@@ -295,15 +316,63 @@ def lab_slice(plan: Plan, hosts: int | None = None) -> dict[str, Any]:
             else:
                 s, p = sw_names[r], i + 1
             cables.append({"host": h, "netdev": nds[r], "switch": s, "port": _port(os_, p)})
-    lab_name = f"plan-{d.gpus}gpu"
-    return {
-        "name": lab_name,
-        "hardware_profile": plan.hardware_profile or lab_name,
-        "host_profiles": {"node": {"gpus": gpu, "hcas": hcas}},
-        "hosts": [{"name": h, "profile": "node"} for h in names],
-        "switches": switches,
-        "cabling": cables,
-    }
+    return {**head, "switches": switches, "cabling": cables}
+
+
+SLICE_SPINES = 2  #: spines in a two-tier lab slice (more only when a slice leaf reaches none of them)
+
+
+def _two_tier_slice(
+    plan: Plan,
+    names: list[str],
+    nds: list[str],
+    wiring: tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[str]]],
+) -> dict[str, Any]:
+    """switches, cabling and links of a two-tier slice: the plan's own cables, names and ports."""
+    host_cables, links, _ = wiring
+    assert plan.switch is not None
+    os_, model, radix = plan.switch.lab_os, plan.switch.name, plan.switch.ports
+    wanted_h, wanted_nd = set(names), set(nds)
+    cables = [
+        {"host": c["host"], "netdev": c["netdev"], "switch": c["switch"], "port": c["switch_port"]}
+        for c in host_cables
+        if c["host"] in wanted_h and c["netdev"] in wanted_nd
+    ]
+    leaves = list(dict.fromkeys(c["switch"] for c in cables))
+    in_slice = set(leaves)
+    up = [ln for ln in links if ln["tier"] == "leaf_spine" and ln["switch_a"] in in_slice]
+    reach: dict[str, set[str]] = {}
+    for ln in up:
+        reach.setdefault(ln["switch_b"], set()).add(ln["switch_a"])
+    order = sorted(reach, key=lambda sp: (-len(reach[sp]), list(reach).index(sp)))
+    spines = order[:SLICE_SPINES]
+    for sp in order[SLICE_SPINES:]:  # a leaf that reaches none of the spines chosen so far
+        if reach[sp] - set().union(*(reach[x] for x in spines)):
+            spines.append(sp)
+    chosen = set(spines)
+    isls = [
+        {k: ln[k] for k in ("switch_a", "port_a", "switch_b", "port_b", "tier")}
+        for ln in up
+        if ln["switch_b"] in chosen
+    ]
+    used: dict[str, int] = {}
+    for sname, port in [(c["switch"], c["port"]) for c in cables] + [
+        (ln[f"switch_{e}"], ln[f"port_{e}"]) for ln in isls for e in "ab"
+    ]:
+        num = int("".join(ch for ch in str(port).rsplit("/", 1)[-1] if ch.isdigit()) or 0)
+        used[sname] = max(used.get(sname, 0), num)
+    switches = [
+        {
+            "name": name,
+            "os": os_,
+            "tier": tier,
+            "model": model,
+            "ports": {"format": PORT_FORMAT[os_], "first": 1, "count": max(radix, used.get(name, 0))},
+        }
+        for tier, group in (("leaf", leaves), ("spine", spines))
+        for name in group
+    ]
+    return {"switches": switches, "cabling": cables, "links": isls}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -318,7 +387,7 @@ def _dump(data: Any) -> str:
 def inventory(plan: Plan) -> dict[str, str]:
     """Relative path -> text of every file ``--write-inventory DIR`` writes."""
     host_cables, links, names = cabling(plan)
-    topo = lab_slice(plan)
+    topo = lab_slice(plan, wiring=(host_cables, links, names))
     slice_note = (
         f"# Lab slice of the plan ({len(topo['hosts'])} hosts of {plan.design.nodes}); "
         "bring it up with: fabricops lab up --topology THIS_FILE\n"
@@ -328,11 +397,15 @@ def inventory(plan: Plan) -> dict[str, str]:
             f"# The lab emulates at most {LAB_MAX_ROCE_RAILS} RoCE rails: the slice has the first "
             f"{LAB_MAX_ROCE_RAILS} of {plan.design.rails}.\n"
         )
-    if plan.design.tiers >= 2:
+    if plan.design.tiers >= 2 and topo.get("links"):
+        tiers = {s["tier"] for s in topo["switches"]}
+        n_leaves = sum(s["tier"] == "leaf" for s in topo["switches"])
         slice_note += (
-            "# Only the leaf tier is in the slice: the lab cables hosts to switches, "
-            "not switches to each other.\n"
-        )
+            f"# Two tiers of the plan: {n_leaves} leaves, {len(topo['switches']) - n_leaves} spines and "
+            f"the {len(topo['links'])} links between them"
+            + (" (the lab models two tiers: no spine-core links)" if plan.design.tiers >= 3 else "")
+            + ".\n"
+        ) if "spine" in tiers else ""
     return {
         "hosts.yml": HEADER + _dump(hosts_yml(plan, names)),
         "group_vars/all.yml": HEADER + "---\n" + _render_all_yml(all_yml(plan, host_cables, links)),

@@ -253,3 +253,30 @@ def test_fabric_manager_version_match_and_mismatch(rack, monkeypatch):
     (root / es.FM_STATE).write_text(json.dumps({"pid": 0, "version": "550.54.15"}))
     assert es.fabric_state(hw) == ("Completed", "Success")
     assert es.fabric_state({"driver_version": "550.54.15"}) is None
+
+
+def test_two_tier_fabric_is_one_subnet(rack, monkeypatch):
+    """Hosts on different leaves of one fat tree (cabling.json isls) see one subnet manager: the
+    same SM GUID from sminfo, as on a real two-tier fabric with one SM."""
+    fabric = rack["gpu01"] / "var/lib/emulated-fabric"
+    cab = json.loads((fabric / "cabling.json").read_text())
+    cab["links"][1]["switch"] = "ib-leaf2"
+    cab["links"][0]["switch"] = "ib-leaf1"
+    (fabric / "cabling.json").write_text(json.dumps(cab))
+    outs = {}
+    for h in ("gpu01", "gpu02"):
+        (rack[h] / "var/lib/emulated-hw/hardware.json").write_text(json.dumps(_hw(h, int(h[-1]), None)))
+        sync(rack[h], monkeypatch)
+        outs[h] = run_tool(rack[h], "sminfo").stdout.split()
+    assert outs["gpu01"][6] != outs["gpu02"][6]  # two switches, no links: two subnets
+    cab["isls"] = [
+        {"switch_a": leaf, "port_a": "33", "switch_b": "ib-spine1", "port_b": str(k)}
+        for k, leaf in enumerate(("ib-leaf1", "ib-leaf2"), 1)
+    ]
+    (fabric / "cabling.json").write_text(json.dumps(cab))
+    monkeypatch.setenv("EMUL_ROOT", str(rack["gpu01"]))
+    assert es.subnet_of(_hw("gpu01", 1, None), "mlx5_0", 1) == "ib-leaf1"
+    monkeypatch.setenv("EMUL_ROOT", str(rack["gpu02"]))
+    assert es.subnet_of(_hw("gpu02", 2, None), "mlx5_0", 1) == "ib-leaf1"
+    guids = {run_tool(rack[h], "sminfo").stdout.split()[6] for h in ("gpu01", "gpu02")}
+    assert len(guids) == 1

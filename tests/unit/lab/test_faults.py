@@ -367,3 +367,237 @@ def test_undo_failure_still_restores_files(lab, monkeypatch):
         faults.clear("gpu01")
     assert hw_path().read_bytes() == original
     assert faults.active() == []
+
+
+# --- switch port faults on a two-tier lab: host-facing and inter-switch ports alike ----------------
+
+@pytest.fixture
+def two_tier(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    monkeypatch.setenv("FABRICOPS_LAB_DIR", str(state))
+    monkeypatch.setattr(paths, "STATE_DIR", state)
+    topo = topology.resolve("two-tier")
+    lab = {"name": topo["name"], "topology": topo, "hosts": {}, "switches": {}}
+    paths.save_lab(lab)
+    from fabricops.lab import switches
+
+    for sw in topo["switches"]:
+        if sw["os"] == "ib":
+            switches.write_ib_switch(sw)
+    fake = FakeHosts()
+    monkeypatch.setattr(faults, "_host_exec", fake.exec)
+    monkeypatch.setattr(faults, "_resync", fake.resync)
+    return topo
+
+
+def ib_fabric(name: str) -> Path:
+    return paths.fabric_dir() / "switches" / f"{name}.json"
+
+
+def sw_faults(name: str) -> Path:
+    return paths.switch_dir(name) / "faults.json"
+
+
+@pytest.mark.parametrize("port", ["33", "1"])  # ib-leaf1: its ISL to ib-spine1, gpu01's host cable
+def test_ib_switch_port_width_speed_flapping(two_tier, port):
+    path = ib_fabric("ib-leaf1")
+    original = path.read_bytes()
+    before = json.loads(original)
+    assert run("ib-leaf1", "port-width", port, "2X") == 0
+    assert_only_changed(before, json.loads(path.read_text()), {
+        ("ports", port): {"link": "up", "speed": "NDR", "width": "2X", "gbps": 200}})
+    assert run("ib-leaf1", "port-speed", port, "HDR") == 0  # keeps the width the first fault left
+    entry = json.loads(path.read_text())["ports"][port]
+    assert entry == {"link": "up", "speed": "HDR", "width": "2X", "gbps": 100}
+    assert run("ib-leaf1", "flapping", port) == 0
+    assert run("ib-leaf1", "flapping", port, "3") == 0
+    entry = json.loads(path.read_text())["ports"][port]
+    assert (entry["flaps"], entry["symbol_errors"]) == (11, 1000)
+    assert run("clear", "ib-leaf1") == 0
+    assert path.read_bytes() == original
+
+
+def test_isl_fault_changes_both_ends_and_clear_restores_both(two_tier):
+    """A link trains, flaps and goes down at both ends: ib-leaf2 33 is ib-spine1 port 2, leaf3 Eth1/18
+    is spine2 swp3 (Onyx leaf, Cumulus spine); pfc-off stays on the one end named."""
+    leaf, spine = ib_fabric("ib-leaf2"), ib_fabric("ib-spine1")
+    orig = leaf.read_bytes(), spine.read_bytes()
+    assert run("ib-leaf2", "port-width", "33", "1X") == 0
+    one_lane = {"link": "up", "speed": "NDR", "width": "1X", "gbps": 100}
+    assert json.loads(leaf.read_text())["ports"]["33"] == one_lane
+    assert json.loads(spine.read_text())["ports"]["2"] == one_lane
+    assert run("ib-spine1", "port-down", "2") == 0  # from the spine side this time
+    assert json.loads(leaf.read_text())["ports"]["33"]["link"] == "down"
+    assert run("leaf3", "flapping", "Eth1/18") == 0
+    entry = {"flaps": 8, "symbol_errors": 500}
+    assert json.loads(sw_faults("leaf3").read_text()) == {"port_faults": {"Eth1/18": entry}}
+    assert json.loads(sw_faults("spine2").read_text()) == {"port_faults": {"swp3": entry}}
+    assert run("leaf3", "pfc-off", "Eth1/18") == 0
+    assert "pfc_off" not in json.loads(sw_faults("spine2").read_text())
+    assert run("clear") == 0
+    assert (leaf.read_bytes(), spine.read_bytes()) == orig
+    assert not sw_faults("leaf3").exists() and not sw_faults("spine2").exists()
+
+
+def test_ib_port_speed_variant_sets_the_width(two_tier):
+    assert run("ib-spine2", "port-speed", "1", "HDR100") == 0  # ib-spine2 port 1: ib-leaf1's uplink
+    assert json.loads(ib_fabric("ib-spine2").read_text())["ports"]["1"] == {
+        "link": "up", "speed": "HDR", "width": "2X", "gbps": 100}
+
+
+def test_ib_isl_port_down(two_tier):
+    assert run("ib-spine1", "port-down", "4") == 0  # ib-leaf4's uplink, spine side
+    assert json.loads(ib_fabric("ib-spine1").read_text())["ports"]["4"] == {"link": "down"}
+
+
+@pytest.mark.parametrize(("switch", "port"), [("leaf3", "Eth1/17"), ("leaf3", "Eth1/1"), ("spine1", "swp2"),
+                                              ("leaf1", "swp1")])
+def test_roce_switch_port_faults_write_port_faults(two_tier, switch, port):
+    assert run(switch, "port-width", port, "2X") == 0
+    assert json.loads(sw_faults(switch).read_text()) == {
+        "port_faults": {port: {"speed": "400GbE", "width": "2X", "gbps": 200}}}
+    assert run(switch, "port-speed", port, "100GbE") == 0
+    assert run(switch, "flapping", port, "2") == 0
+    assert run(switch, "port-down", port) == 0
+    assert run(switch, "pfc-off", port) == 0
+    assert json.loads(sw_faults(switch).read_text()) == {
+        "port_faults": {
+            port: {"speed": "100GbE", "width": "2X", "gbps": 100, "flaps": 2, "symbol_errors": 500}
+        },
+        "ports_down": [port],
+        "pfc_off": [port],
+    }
+    assert run("clear", switch) == 0
+    assert not sw_faults(switch).exists()
+
+
+def _onyx(two_tier, name="leaf3"):
+    from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
+
+    sw = next(s for s in two_tier["switches"] if s["name"] == name)
+    emu = OnyxSwitch(name, sw["ports"], paths.switch_dir(name), ib_fabric(name))
+    sess = OnyxSession(emu)
+    for line in ("enable", "no cli session paging enable", "configure terminal", "roce lossless", "exit"):
+        sess.handle(line)
+    return emu, sess
+
+
+def _nvue(two_tier, name="spine1"):
+    from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
+
+    sw = next(s for s in two_tier["switches"] if s["name"] == name)
+    emu = NvueSwitch(name, sw["ports"], paths.switch_dir(name), ib_fabric(name))
+    sess = NvueSession(emu)
+    for line in ("nv set qos roce mode lossless", "nv config apply -y"):
+        sess.handle(line)
+    return emu, sess
+
+
+def test_onyx_emulator_applies_port_faults_and_pfc_off_and_restores(two_tier):
+    """What the physics reads (switches/leaf3.json) and what the switch's CLI shows, after the lab's
+    fault and after clear, with no CLI session in between (switchd's ticker runs sync_faults)."""
+    from fabricops.lab.switchd.state import sync_faults
+
+    emu, sess = _onyx(two_tier)
+    fabric = ib_fabric("leaf3")
+    healthy = json.loads(fabric.read_text())["ports"]
+    assert healthy["Eth1/17"]["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    running = sess.handle("show running-config")[0]
+    assert run("leaf3", "pfc-off", "Eth1/17") == 0
+    assert run("leaf3", "port-width", "Eth1/17", "2X") == 0
+    assert sync_faults(emu) is True
+    ports = json.loads(fabric.read_text())["ports"]
+    degraded = {"pfc": [0] * 8, "speed": "400GbE", "width": "2X", "gbps": 200}
+    assert ports["Eth1/17"] == {**healthy["Eth1/17"], **degraded}
+    assert ports["Eth1/18"] == healthy["Eth1/18"] and ports["Eth1/1"] == healthy["Eth1/1"]
+    running_now = sess.handle("show running-config")[0]
+    assert "interface ethernet 1/17 no dcb priority-flow-control mode" in running_now
+    pfc = sess.handle("show dcb priority-flow-control")[0]
+    rows = [ln.split() for ln in pfc.splitlines() if ln.startswith("Eth1/17 ")]
+    assert rows == [["Eth1/17", "Auto", "Disabled"]]
+    assert sync_faults(emu) is False  # nothing changed since
+    assert run("clear", "leaf3") == 0
+    assert sync_faults(emu) is True
+    assert json.loads(fabric.read_text())["ports"] == healthy
+    after = sess.handle("show running-config")[0]
+    assert after.split("\n")[3:] == running.split("\n")[3:]  # lines past the timestamp
+
+
+def test_nvue_emulator_applies_pfc_off_as_a_pfc_profile_and_restores(two_tier):
+    from fabricops.lab.switchd.state import sync_faults
+
+    emu, sess = _nvue(two_tier)
+    fabric = ib_fabric("spine1")
+    healthy = json.loads(fabric.read_text())["ports"]
+    applied, pending = json.dumps(emu.applied, sort_keys=True), json.dumps(emu.pending, sort_keys=True)
+    assert healthy["swp1"]["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert run("spine1", "pfc-off", "swp1") == 0  # the spine side of leaf1's uplink
+    assert run("spine1", "flapping", "swp1") == 0
+    assert sync_faults(emu) is True
+    ports = json.loads(fabric.read_text())["ports"]
+    assert ports["swp1"] == {**healthy["swp1"], "pfc": [0] * 8, "flaps": 8, "symbol_errors": 500}
+    assert ports["swp2"] == healthy["swp2"]
+    assert sess.handle("nv show interface swp1 qos pfc")[0].strip() == "profile: pfc-off"
+    assert emu.applied["qos"]["pfc"]["pfc-off"] == {"tx": "disable", "rx": "disable"}
+    assert emu.pending["interface"]["swp1"]["qos"]["pfc"] == {"profile": "pfc-off"}  # a later apply keeps it
+    assert run("clear") == 0
+    assert sync_faults(emu) is True
+    assert json.loads(fabric.read_text())["ports"] == healthy
+    assert json.dumps(emu.applied, sort_keys=True) == applied
+    assert json.dumps(emu.pending, sort_keys=True) == pending
+
+
+def test_switchd_ticker_applies_a_fault_without_a_session(two_tier, tmp_path):
+    """The real server: a fault reaches the fabric file within a tick, no login needed."""
+    import asyncio
+    import time
+
+    from fabricops.lab.switchd import server
+
+    sw = next(s for s in two_tier["switches"] if s["name"] == "leaf4")
+    fabric = ib_fabric("leaf4")
+
+    async def main():
+        acc = await server.serve("onyx", "leaf4", sw["ports"], "127.0.0.1", 0, str(tmp_path / "hk"), "pw",
+                                 str(paths.switch_dir("leaf4")), str(fabric))
+        try:
+            assert json.loads(fabric.read_text())["ports"]["Eth1/18"]["link"] == "up"
+            assert run("leaf4", "port-down", "Eth1/18") == 0
+            assert run("leaf4", "port-speed", "Eth1/18", "200GbE") == 0
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                entry = json.loads(fabric.read_text())["ports"]["Eth1/18"]
+                if entry["link"] == "down" and entry.get("gbps") == 200:
+                    return entry
+                await asyncio.sleep(0.05)
+            return json.loads(fabric.read_text())["ports"]["Eth1/18"]
+        finally:
+            acc._fabricops_ticker.cancel()
+            acc.close()
+            await acc.wait_closed()
+
+    entry = asyncio.run(main())
+    assert entry["link"] == "down"
+    assert (entry["speed"], entry["width"], entry["gbps"]) == ("200GbE", "4X", 200)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ib-leaf1", "pfc-off", "33"], "ib-leaf1 is an InfiniBand switch: PFC is an Ethernet (RoCE) setting"),
+    (["ib-leaf1", "port-width", "40", "2X"], "ib-leaf1 port 40 is not cabled (no host cable or link uses"),
+    (["leaf3", "port-speed", "Eth1/30", "200GbE"], "leaf3 port Eth1/30 is not cabled"),
+    (["ib-leaf1", "port-width", "33", "3X"], "'3X' is not a link width"),
+    (["ib-leaf1", "port-width", "33"], "port-width takes PORT WIDTH"),
+    (["ib-leaf1", "port-speed", "33", "400GbE"], "'400GbE' is not an InfiniBand speed"),
+    (["spine1", "port-speed", "swp1", "NDR"], "'NDR' is not an Ethernet speed like 200GbE (spine1 port swp1"),
+    (["spine1", "flapping", "swp1", "0"], "FLAPS must be a positive number"),
+    (["spine1", "pfc-off", "swp99"], "spine1 has no port 'swp99'"),
+    (["spine1", "pfc-off"], "pfc-off takes PORT"),
+    (["leaf4", "port-width", "Eth1/99", "2X"], "leaf4 has no port 'Eth1/99'"),
+])
+def test_bad_switch_port_fault_exits_2_and_changes_nothing(two_tier, capsys, argv, message):
+    before = {p: p.read_bytes() for p in paths.STATE_DIR.rglob("*") if p.is_file()}
+    assert run(*argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert err.count("\n") == 0 and err.startswith("fabricops lab: ")
+    assert {p: p.read_bytes() for p in paths.STATE_DIR.rglob("*") if p.is_file()} == before

@@ -149,13 +149,28 @@ def test_write_inventory_and_lab_topology(tmp_path, capsys):
     assert topo["hardware_profile"] == "hgx-h100-ndr"
     assert len(topo["hosts"][0]["hcas"]) == 8
     assert topo["hosts"][0]["gpus"]["count"] == 8 and topo["hosts"][0]["gpus"]["nvlink_gen"] == 4
-    assert [s["name"] for s in topo["switches"]] == [f"leaf-r{r}-01" for r in range(1, 9)]
+    # the leaves of a two-tier slice: the plan's first leaf of every rail, then two of its spines
+    leaves = [s["name"] for s in topo["switches"] if s["tier"] == "leaf"]
+    assert leaves == [f"leaf-r{r}-01" for r in range(1, 9)]
+    assert [s["name"] for s in topo["switches"] if s["tier"] == "spine"] == ["spine-01", "spine-02"]
     assert all(s["os"] == "ib" for s in topo["switches"])
     assert len(topo["cabling"]) == 32
     # the slice cables each host like the plan does (same leaf, same port)
     plan_cables = {(c["host"], c["netdev"]): (c["switch"], c["switch_port"]) for c in gv["fabricops_cabling"]}
     for c in topo["cabling"]:
         assert plan_cables[(c["host"], c["netdev"])] == (c["switch"], c["switch_port"])
+    # ... and links its leaves to its spines like the plan does (same ports), every leaf to both
+    plan_links = {
+        (ln["switch_a"], ln["port_a"]): (ln["switch_b"], ln["port_b"]) for ln in gv["fabricops_switch_links"]
+    }
+    assert topo["links"] and all(
+        plan_links[(ln["switch_a"], ln["port_a"])] == (ln["switch_b"], ln["port_b"]) for ln in topo["links"]
+    )
+    assert {(ln["switch_a"], ln["switch_b"]) for ln in topo["links"]} == {
+        (f"leaf-r{r}-01", s) for r in range(1, 9) for s in ("spine-01", "spine-02")
+    }
+    assert all(ln["gbps"] == 400 and ln["tier"] == "leaf_spine" for ln in topo["links"])
+    assert "Two tiers of the plan: 8 leaves, 2 spines" in (tmp_path / "lab-topology.yml").read_text()
 
 
 def test_write_roce_inventory(tmp_path):
@@ -198,6 +213,14 @@ def test_every_written_topology_validates(gpus, kw):
     topo = lab_topology.normalise(raw, source="test")
     assert 2 <= len(topo["hosts"]) <= 4
     assert all(h["gpus"]["count"] == plan.design.gpus_per_node for h in topo["hosts"])
+    if plan.design.tiers >= 2:  # a multi-tier plan: a two-tier slice, every leaf linked to a spine
+        tiers = {s["name"]: s["tier"] for s in topo["switches"]}
+        assert sorted(set(tiers.values())) == ["leaf", "spine"]
+        linked = {ln["switch_a"] for ln in topo["links"]}
+        assert linked == {n for n, t in tiers.items() if t == "leaf"}
+        assert {ln["switch_b"] for ln in topo["links"]} == {n for n, t in tiers.items() if t == "spine"}
+    else:
+        assert topo["links"] == [] and {s["tier"] for s in topo["switches"]} == {"leaf"}
 
 
 def test_single_node_writes_hosts_only(tmp_path):

@@ -78,12 +78,26 @@ def sm_mode(hw: dict[str, Any]) -> str:
 
 
 def subnet_of(hw: dict[str, Any], hca: str, port: int) -> str:
-    """The InfiniBand switch a host port is cabled to (one subnet per switch), 'default' if none."""
+    """The InfiniBand subnet of a host port: the switch it is cabled to (one subnet per switch), or
+    for switches joined by inter-switch links (cabling.json ``isls``, a two-tier fabric) the first
+    switch name of that fabric, so every host of one fat tree sees one subnet; 'default' if none."""
     cabling = devstate.fabric_json("cabling.json") or {}
     for ln in cabling.get("links", []):
         if ln.get("host") == hw.get("host") and ln.get("hca") == hca and int(ln.get("port", 1)) == int(port):
-            return str(ln.get("switch"))
+            return _fabric_name(str(ln.get("switch")), cabling.get("isls") or [])
     return "default"
+
+
+def _fabric_name(switch: str, isls: list[dict[str, Any]]) -> str:
+    seen, todo = {switch}, [switch]
+    while todo:
+        sw = todo.pop()
+        for ln in isls:
+            for me, other in (("switch_a", "switch_b"), ("switch_b", "switch_a")):
+                if ln.get(me) == sw and ln.get(other) not in seen:
+                    seen.add(str(ln.get(other)))
+                    todo.append(str(ln.get(other)))
+    return min(seen)
 
 
 def _subnet_path(subnet: str):

@@ -29,7 +29,7 @@ import yaml
 from fabricops.lab.emul.devstate import switch_port_counters
 
 from .nvue_schema import PRESENCE, SCHEMA, Coll, IdSet, Leaf, to_bytes
-from .state import FaultWatch, port_entry, run_line, write_fabric_file
+from .state import FaultWatch, merge_port_faults, port_entry, run_line, write_fabric_file
 
 __all__ = ["RELEASES", "NvueError", "NvueSession", "NvueSwitch", "expand_ports"]
 
@@ -124,6 +124,19 @@ def usage_error(words: list[str], bad: str) -> NvueError:
     return NvueError(f"Usage:\n  {where} [options] <attribute> ...\n\nError: Unknown command: {bad}")
 
 
+
+def _prune(tree: dict[str, Any], *path: str) -> None:
+    """Drop the empty mappings along PATH, deepest first (what the pfc-off fault added, on clear)."""
+    for depth in range(len(path), 0, -1):
+        parent: Any = tree
+        for key in path[: depth - 1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and parent.get(path[depth - 1]) == {}:
+            del parent[path[depth - 1]]
+
+#: the PFC profile the lab's pfc-off fault gives a port (both pause directions disabled)
+PFC_OFF_PROFILE = "pfc-off"
+
 class NvueSwitch:
     """One emulated Cumulus switch (shared by its SSH sessions and its REST API)."""
 
@@ -148,6 +161,7 @@ class NvueSwitch:
         self.startup_path = self.state_dir / "startup.yaml"
         self.fabric_file = fabric_file
         self.faults = FaultWatch(self.state_dir)
+        self.pfc_saved: dict[str, Any] = {}  # pfc-off fault: each port's `qos pfc` before the fault
         self.lock = threading.RLock()  # SSH sessions (event loop) and the REST API (its thread) share state
         startup: dict[str, Any] = {}
         if self.startup_path.exists():
@@ -235,7 +249,55 @@ class NvueSwitch:
             "cable_length": (roce or {}).get("cable-length"),
         }
 
+    def sync_pfc_off(self) -> None:
+        """The lab's pfc-off fault, as an operator does it on Cumulus Linux (NVUE "Priority Flow
+        Control": a PFC profile per interface, ``nv set qos pfc pfc-off tx disable``, ``rx disable``,
+        ``nv set interface swpN qos pfc profile pfc-off``, applied): in the applied and pending trees of
+        each listed port; a port leaving the list gets its previous ``qos pfc`` back (and the profile
+        goes when no port uses it)."""
+        want = self.faults.pfc_off() & set(self.ports)
+        if not want and not self.pfc_saved:
+            return
+        add, drop = sorted(want - set(self.pfc_saved)), sorted(set(self.pfc_saved) - want)
+        for p in add:
+            self.pfc_saved[p] = copy.deepcopy(self._get(self.applied, "interface", p, "qos", "pfc"))
+        for tree in (self.applied, self.pending):
+            for p in add:
+                iface = tree.setdefault("interface", {}).setdefault(p, {})
+                iface.setdefault("qos", {})["pfc"] = {"profile": PFC_OFF_PROFILE}
+            for p in drop:
+                qos = self._get(tree, "interface", p, "qos")
+                if isinstance(qos, dict):
+                    if self.pfc_saved[p] is None:
+                        qos.pop("pfc", None)
+                    else:
+                        qos["pfc"] = copy.deepcopy(self.pfc_saved[p])
+                _prune(tree, "interface", p, "qos")
+            if want:
+                profiles = tree.setdefault("qos", {}).setdefault("pfc", {})
+                profiles[PFC_OFF_PROFILE] = {"tx": "disable", "rx": "disable"}
+            elif isinstance(self._get(tree, "qos", "pfc"), dict):
+                tree["qos"]["pfc"].pop(PFC_OFF_PROFILE, None)
+                _prune(tree, "qos", "pfc")
+        for p in drop:
+            del self.pfc_saved[p]
+
+    def port_pfc(self, tree: dict[str, Any], port: str, default: list[int]) -> list[int]:
+        """PFC priorities on PORT: its ``qos pfc profile`` (switch-priority, or the global list) or
+        none when that profile disables both pause directions (``tx disable``, ``rx disable``)."""
+        name = self._get(tree, "interface", port, "qos", "pfc", "profile")
+        prof = self._get(tree, "qos", "pfc", str(name)) if name is not None else None
+        if not isinstance(prof, dict):
+            return default
+        if str(prof.get("tx")) == "disable" and str(prof.get("rx")) == "disable":
+            return []
+        sp = prof.get("switch-priority")
+        if isinstance(sp, dict):
+            return sorted(int(x) for x in sp if str(x).isdigit())
+        return default
+
     def write_fabric(self) -> None:
+        self.sync_pfc_off()
         view = self.roce_view(self.applied)
         down = self.faults.ports_down()
         ports = {}
@@ -244,7 +306,8 @@ class NvueSwitch:
             state = self._get(self.applied, "interface", p, "link", "state")
             link_up = p not in down and state != "down"
             ecn = {tc: (v[1] // 1000, v[2] // 1000) for tc, v in view["ecn"].items() if v[0]}
-            ports[p] = port_entry(trust, view["pfc"], ecn, link_up)
+            ports[p] = port_entry(trust, self.port_pfc(self.applied, p, view["pfc"]), ecn, link_up)
+        merge_port_faults(ports, self.faults)
         write_fabric_file(self.fabric_file, self.name, "cumulus", ports)
 
     # ---------------------------------------------------------------- confirm timer

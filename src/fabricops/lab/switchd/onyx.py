@@ -20,7 +20,7 @@ from fabricops.lab.emul.devstate import switch_port_counters
 from fabricops.parsers.onyx import expand_interface_range
 
 from .onyx_releases import DEFAULT_RELEASE, release_info
-from .state import FaultWatch, atomic_write_json, port_entry, run_line
+from .state import FaultWatch, atomic_write_json, merge_port_faults, port_entry, run_line
 
 __all__ = ["ROCE_DEFAULTS", "OnyxSession", "OnyxSwitch"]
 
@@ -76,6 +76,7 @@ class OnyxSwitch:
         self.saved_path = self.state_dir / "onyx-saved-config.txt"
         self.fabric_file = fabric_file
         self.faults = FaultWatch(self.state_dir)
+        self.pfc_saved: dict[str, Any] = {}  # pfc-off fault: each port's pfc_on before the fault
         self.started = time.time()
         self.cfg = self._empty_config()
         if self.saved_path.exists():
@@ -135,13 +136,27 @@ class OnyxSwitch:
             "link_up": link_up,
         }
 
+    def sync_pfc_off(self) -> None:
+        """The lab's pfc-off fault, as an operator does it: ``interface ethernet 1/N no dcb
+        priority-flow-control mode`` on each listed port (running configuration; it shows in
+        ``show running-config`` and ``show dcb priority-flow-control``); a port leaving the list gets
+        its previous setting back. Onyx manual, "Priority Flow Control" (interface PFC mode)."""
+        want = self.faults.pfc_off() & set(self.ports)
+        for p in sorted(want - set(self.pfc_saved)):
+            self.pfc_saved[p] = self.cfg["ports"][p]["pfc_on"]
+            self.cfg["ports"][p]["pfc_on"] = False
+        for p in sorted(set(self.pfc_saved) - want):
+            self.cfg["ports"][p]["pfc_on"] = self.pfc_saved.pop(p)
+
     def write_fabric(self) -> None:
+        self.sync_pfc_off()
         ports = {}
         for p in self.ports:
             st = self.port_state(p)
             trust = {"L3": "l3", "both": "l3", "L2": "l2", "port": "port"}[st["trust"]]
             pfc = st["prios"] if st["pfc_on"] else []
             ports[p] = port_entry(trust, pfc, st["ecn"], st["link_up"])
+        merge_port_faults(ports, self.faults)
         if self.fabric_file:
             pools = {
                 name: {

@@ -22,11 +22,13 @@ import asyncssh
 from .nvue import DEFAULT_RELEASE, NvueSession, NvueSwitch
 from .nvue_api import NvueApiServer
 from .onyx import OnyxSession, OnyxSwitch
+from .state import sync_faults
 
 __all__ = ["SwitchServer", "build_switch", "serve"]
 
 log = logging.getLogger("fabricops.lab.switchd")
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
+TICK_S = 0.2  #: how often a switch re-reads the lab's faults and its confirm timer
 
 
 def build_switch(
@@ -161,15 +163,22 @@ async def serve(
         line_echo=True,
         encoding="utf-8",
     )
+
+    async def ticker() -> None:
+        """Every switch: a lab fault (faults.json) reaches the fabric file without a CLI session.
+        Cumulus: `nv config apply --confirm` rolls back on time, even when idle."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            with getattr(switch, "lock", None) or contextlib.nullcontext():
+                try:
+                    sync_faults(switch)
+                    if os_name == "cumulus":
+                        switch.check_confirm()
+                except Exception:  # the emulator keeps serving; the log says why
+                    log.exception("switch %s: fault/confirm tick failed", name)
+
+    acceptor._fabricops_ticker = asyncio.get_running_loop().create_task(ticker())  # type: ignore[attr-defined]
     if os_name == "cumulus":
-
-        async def ticker() -> None:  # `nv config apply --confirm` rolls back on time, even when idle
-            while True:
-                await asyncio.sleep(0.2)
-                with switch.lock:
-                    switch.check_confirm()
-
-        acceptor._fabricops_ticker = asyncio.get_running_loop().create_task(ticker())  # type: ignore[attr-defined]
         api_secret = api_password if api_password is not None else password
         if api_port is not None:
             if not api_secret:

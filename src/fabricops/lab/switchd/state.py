@@ -10,7 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FaultWatch", "atomic_write_json", "port_entry", "write_fabric_file"]
+__all__ = [
+    "FaultWatch", "atomic_write_json", "merge_port_faults", "port_entry", "sync_faults", "write_fabric_file",
+]
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
@@ -110,13 +112,27 @@ class FaultWatch:
         return None
 
     def refresh_changed_ports(self) -> bool:
-        """Refresh; True when the set of downed ports changed (the fabric file must be rewritten)."""
-        before = self.ports_down()
+        """Refresh; True when a port fault changed (downed ports, ``port_faults``, ``pfc_off``): the
+        switch must re-apply them and rewrite the fabric file."""
+        before = (self.ports_down(), self.port_faults(), self.pfc_off())
         self.refresh()
-        return self.ports_down() != before
+        return (self.ports_down(), self.port_faults(), self.pfc_off()) != before
 
     def ports_down(self) -> set[str]:
         return {str(p) for p in self.faults.get("ports_down", []) or []}
+
+    def port_faults(self) -> dict[str, dict[str, Any]]:
+        """``{"port_faults": {PORT: {"speed", "width", "gbps", "flaps", "symbol_errors"}}}``: what the
+        port's link trained at and how often it flapped (``fabricops lab fault SWITCH port-width|
+        port-speed|flapping``); merged into the port's entry of the fabric file (the physics reads it)."""
+        pf = self.faults.get("port_faults") or {}
+        return {str(p): dict(v) for p, v in pf.items() if isinstance(v, dict)} if isinstance(pf, dict) else {}
+
+    def pfc_off(self) -> set[str]:
+        """``{"pfc_off": [PORT]}``: ports whose PFC an operator turned off (``fabricops lab fault SWITCH
+        pfc-off PORT``); the switch changes its running configuration for them, and restores the
+        port's previous configuration when the port leaves the list."""
+        return {str(p) for p in self.faults.get("pfc_off", []) or []}
 
     def count_config_command(self) -> bool:
         """Count one configuration command; True when the session must now be dropped."""
@@ -127,6 +143,23 @@ class FaultWatch:
             self._remaining = None  # fires once per arming
             return True
         return False
+
+
+def merge_port_faults(ports: dict[str, dict[str, Any]], faults: FaultWatch) -> dict[str, dict[str, Any]]:
+    """The fabric file's port entries with each port's ``port_faults`` overlay (speed, width, flaps)."""
+    for port, extra in faults.port_faults().items():
+        if port in ports:
+            ports[port].update(extra)
+    return ports
+
+
+def sync_faults(switch: Any) -> bool:
+    """Re-read the lab's faults.json and, when a port fault changed, rewrite the switch's fabric file
+    (switchd's ticker calls this, so a fault reaches the physics without a CLI session)."""
+    if switch.faults.refresh_changed_ports():
+        switch.write_fabric()
+        return True
+    return False
 
 
 def run_line(
