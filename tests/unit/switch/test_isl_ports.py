@@ -189,3 +189,28 @@ def test_action_links_option_reaches_the_runner():
         out = action.run(task_vars=tv)
     assert out["failed"] is True and "\n" not in out["msg"]
     assert "fabricops_switch_links entry" in out["msg"] and "has no switch_b or port_b" in out["msg"]
+
+
+# ---- verify's switch reader checks the same ports ---------------------------------------------------
+
+
+def test_verify_reader_checks_the_isl_ends_the_role_configures(onyx_rack):
+    from fabricops.verify.switchstate import SwitchReader
+
+    cabling, links, uplink = _isl(onyx_rack)
+    name = onyx_rack.switch.name
+    hv = {"inventory_hostname": name, "fabricops_switch_os": "onyx", "fabricops_roce": ROCE,
+          "fabricops_cabling": cabling, "fabricops_switch_links": links}
+    reader = SwitchReader(lambda _n: hv, None, connector=lambda _sw, _os, _hv: onyx_rack.connect())
+    assert reader.roce_ports(name) == ["Eth1/1", uplink]  # desired_state: the role's own port list
+    # the role run before ISLs were known: host port only; the reader finds the uplink lossy
+    run(switch=name, os_name="onyx", roce=ROCE, ports=["Eth1/1"], connector=onyx_rack.connect)
+    got = reader.check_switch(name)
+    assert got["Eth1/1"] == []
+    assert got[uplink] == ["PFC off on priority 3 (fabricops_roce.lossless_priority)",
+                           "trust not set, want L3 (fabricops_roce.trust)",
+                           "no ECN on traffic class 3 (fabricops_roce.ecn)"]
+    # the role with the links: nothing left to report on any port
+    run(switch=name, os_name="onyx", roce=ROCE, cabling=cabling, links=links, connector=onyx_rack.connect)
+    assert reader.check_switch(name) == {"Eth1/1": [], uplink: []}
+    assert [e[:2] for e in reader.isl_path(name, "spine1")] == [(name, uplink), ("spine1", "Eth1/1")]
