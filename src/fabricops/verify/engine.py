@@ -122,6 +122,9 @@ def verify(
 
     if opts.only in (None, "pairs"):
         vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader)
+        from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
+
+        vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
     vr.wall_s = time.monotonic() - t0
     return vr
 
