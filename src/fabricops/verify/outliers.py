@@ -165,6 +165,7 @@ def judge(results: Sequence[CheckResult], hostvars: Mapping[str, Any] | None = N
             continue
         out.extend(_outliers(rs, rail, check, unit or "", rules))
         judged.setdefault(where, []).append(f"{len(rs)} {check}")
+    _blame(out)
     for where in sorted(set(too_few) | set(judged)):
         rail, layer = where
         members = ",".join(sorted(hosts[where]))
@@ -192,6 +193,26 @@ def judge(results: Sequence[CheckResult], hostvars: Mapping[str, Any] | None = N
                 )
             )
     return out
+
+
+def _blame(found: Sequence[CheckResult]) -> None:
+    """Name the host that several outliers on a rail share (``pairs.blame``, as for failed floors)."""
+    from fabricops.verify.pairs import blame
+
+    blamed = blame([r for r in found if r.status == FAIL])
+    for r in found:
+        a, b = r.details.get("client"), r.details.get("server")
+        rail = r.details.get("rail")
+        who = [h for h in (a, b) if (h, rail) in blamed]
+        if r.status != FAIL or not who:
+            continue
+        devs = (r.device or "").split("<->")
+        dev = devs[0] if who[0] == a else devs[-1]
+        peers = blamed[(who[0], rail)]
+        r.details["blamed"] = [who[0]]
+        r.cause = (
+            f"{who[0]} {dev}: an outlier with {len(peers)} different peers ({', '.join(peers)}); {r.cause}"
+        )
 
 
 def _outliers(rs: Sequence[CheckResult], rail: str, check: str, unit: str, rules: Rules) -> list[CheckResult]:

@@ -206,6 +206,9 @@ def test_verify_reports_the_host_whose_pairs_sit_below_the_rail():
     out = [r for r in vr.results if r.check == "outlier"]
     assert sorted(r.host for r in out) == ["gpu01<->gpu03", "gpu02<->gpu03", "gpu03<->gpu04"]
     assert all(r.status == FAIL and r.measured == 92.3 for r in out)
+    assert all(r.cause.startswith("gpu03 mlx5_0/1: an outlier with 3 different peers (gpu01, gpu02, gpu04); "
+                                  "outlier: 92% of the best on rail mlx5_0/1 (ClusterKit 93% rule)")
+               for r in out), [r.cause for r in out]
     assert not vr.ok  # exit status 1: a check failed
     # blame sees the three outliers: gpu03 is the host they share
     assert pairs.blame(vr.results) == {("gpu03", 0): ["gpu01", "gpu02", "gpu04"]}
