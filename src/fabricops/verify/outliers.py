@@ -21,6 +21,7 @@ the rule off (one ``skip`` result says so); ``{bw_percent, lat_factor, min_resul
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
-__all__ = ["CHECK", "MIN_RESULTS", "SOURCE", "VARIABLE", "Rules", "judge", "rules_from"]
+__all__ = ["CHECK", "MIN_RESULTS", "SOURCE", "VARIABLE", "Rules", "RulesError", "judge", "rules_from"]
 
 CHECK = "outlier"
 VARIABLE = "fabricops_verify_outliers"
@@ -65,7 +66,20 @@ class RulesError(ValueError):
     """``fabricops_verify_outliers`` is not a rule; the message is one sentence naming the key."""
 
 
+#: Ansible's boolean spellings (an INI inventory or -e gives text)
+_TRUE, _FALSE = ("1", "true", "yes", "on", "y", "t"), ("0", "false", "no", "off", "n", "f")
+
+
+def _bool(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    return value
+
+
 def _number(value: Any, key: str, lo: float, hi: float, integer: bool = False) -> float:
+    if isinstance(value, str):  # text from an INI inventory or -e
+        with contextlib.suppress(ValueError):
+            value = float(value.strip())
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok and integer and int(value) != value:
         ok = False
@@ -78,6 +92,7 @@ def _number(value: Any, key: str, lo: float, hi: float, integer: bool = False) -
 def rules_from(value: Any) -> Rules:
     """``fabricops_verify_outliers`` (unset / true: ClusterKit's defaults; false: off; a mapping of
     ``bw_percent`` (50-100), ``lat_factor`` (1-100), ``min_results`` (3-10000)) as :class:`Rules`."""
+    value = _bool(value)
     if value is None or value is True:
         return Rules()
     if value is False:
@@ -92,7 +107,7 @@ def rules_from(value: Any) -> Rules:
             f"{VARIABLE} has unknown key(s) {', '.join(map(str, unknown))}; use bw_percent, lat_factor, "
             "min_results, enabled."
         )
-    enabled = value.get("enabled", True)
+    enabled = _bool(value.get("enabled", True))
     if not isinstance(enabled, bool):
         raise RulesError(f"{VARIABLE}.enabled is {enabled!r}; use true or false.")
     return Rules(

@@ -134,8 +134,8 @@ def test_rails_link_layers_and_rates_are_judged_apart():
         ({"bw_pct": 90}, ERROR,
          "outliers not judged: fabricops_verify_outliers has unknown key(s) bw_pct; use bw_percent, "
          "lat_factor, min_results, enabled."),
-        ("yes", ERROR,
-         "outliers not judged: fabricops_verify_outliers is 'yes'; use false, true or a mapping of "
+        ("maybe", ERROR,
+         "outliers not judged: fabricops_verify_outliers is 'maybe'; use false, true or a mapping of "
          "bw_percent, lat_factor, min_results."),
     ],
 )
@@ -143,6 +143,14 @@ def test_the_inventory_turns_the_rule_off_or_is_one_sentence(value, status, text
     rs = [_bw("gpu01", "gpu02", 392.34), _bw("gpu03", "gpu04", 391.9), _bw("gpu01", "gpu03", 362.0)]
     got = outliers.judge(rs, {"fabricops_verify_outliers": value})
     assert [(r.status, r.message) for r in got] == [(status, text)]
+
+
+def test_inventory_text_reads_as_ansible_reads_it():
+    assert outliers.rules_from("false").enabled is False and outliers.rules_from("yes").enabled is True
+    assert outliers.rules_from({"bw_percent": "95", "enabled": "on"}) == outliers.Rules(bw_percent=95.0)
+    assert outliers.rules_from({"min_results": "4"}).min_results == 4
+    with pytest.raises(outliers.RulesError, match=r"min_results is 4\.5; use an integer"):
+        outliers.rules_from({"min_results": 4.5})
 
 
 def test_the_inventory_tunes_the_tolerance():
