@@ -48,6 +48,7 @@ ARGUMENT_SPEC = {
     "roce": {"type": "dict"},
     "ports": {"type": "list", "elements": "str"},
     "cabling": {"type": "list", "elements": "dict"},
+    "links": {"type": "list", "elements": "dict"},
     "os": {"type": "str"},
     # pfc_watchdog, ets_lossless_percent, buffer_pool: declared in fabricops.roce.schema.SWITCH_SETTINGS
     **(_roce_schema.switch_argument_spec() if _roce_schema else {}),
@@ -180,6 +181,7 @@ class ActionModule(ActionBase):
                 roce=roce,
                 ports=args["ports"] or [],
                 cabling=args["cabling"] or [],
+                links=args["links"] or [],
                 pfc_watchdog=bool(args["pfc_watchdog"]),
                 ets_lossless_percent=int(args["ets_lossless_percent"]),
                 buffer_pool=args["buffer_pool"],

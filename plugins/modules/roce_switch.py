@@ -116,12 +116,22 @@ options:
       # END fabricops.roce.generate roce
   ports:
     description:
-      - Switch ports to configure (C(Eth1/1), C(swp1)). Empty - the ports O(cabling) connects to this switch.
+      - Switch ports to configure (C(Eth1/1), C(swp1)). Empty - the ports O(cabling) connects to this switch
+        and its ends of the O(links).
     type: list
     elements: str
     default: []
   cabling:
     description: C(fabricops_cabling) - list of C(host), C(netdev), C(switch), C(switch_port) entries.
+    type: list
+    elements: dict
+    default: []
+  links:
+    description:
+      - C(fabricops_switch_links) - the inter-switch links, a list of C(switch_a), C(port_a), C(switch_b),
+        C(port_b) entries. When O(ports) is empty, this switch's ends of them (uplinks on a leaf, downlinks
+        on a spine) are configured with the host-facing ports, the same PFC, ECN and trust.
+      - An entry that lacks one of the four keys fails the task before the switch is contacted.
     type: list
     elements: dict
     default: []
@@ -198,10 +208,11 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: RoCE lossless on the switch ports the RoCE hosts are cabled to
+- name: RoCE lossless on the switch ports the RoCE hosts are cabled to and on its inter-switch links
   fabricops.fabric.roce_switch:
     roce: "{{ fabricops_roce }}"
     cabling: "{{ fabricops_cabling }}"
+    links: "{{ fabricops_switch_links | default([]) }}"
 
 - name: Show what a replace would send, without a switch
   fabricops.fabric.roce_switch:

@@ -152,7 +152,8 @@ def desired_state(hostvars: Mapping[str, Any], host: str | None = None) -> Desir
 
     A switch (``fabricops_switch_os`` / ``ansible_network_os`` naming Onyx or Cumulus) gets
     ``roce_switch_roce`` over ``fabricops_roce`` and its ``SwitchSpec`` (ports from
-    ``roce_switch_ports``, else the ``fabricops_cabling`` entries of this switch); any other host
+    ``roce_switch_ports``, else the ``fabricops_cabling`` entries of this switch and its ends of the
+    ``fabricops_switch_links`` inter-switch links); any other host
     gets ``roce_host_roce`` over ``fabricops_roce``. No definition set: ``roce`` is None (no RoCE
     planned). A definition that does not validate raises :class:`DesiredStateError` (never a silent
     default)."""
@@ -174,7 +175,9 @@ def desired_state(hostvars: Mapping[str, Any], host: str | None = None) -> Desir
 
         try:
             ports = list(options["roce_switch_ports"] or []) or ports_from_cabling(
-                hostvars.get("roce_switch_cabling") or hostvars.get("fabricops_cabling"), name
+                hostvars.get("roce_switch_cabling") or hostvars.get("fabricops_cabling"),
+                name,
+                hostvars.get("roce_switch_links") or hostvars.get("fabricops_switch_links"),
             )
             spec = switch_spec(
                 os_name,

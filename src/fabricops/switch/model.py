@@ -21,10 +21,12 @@ from fabricops.roce.schema import SWITCH_SETTINGS
 from .knobs import Facts
 
 __all__ = [
+    "LINK_KEYS",
     "OS_NAMES",
     "SwitchError",
     "SwitchSpec",
     "confirm_seconds",
+    "isl_ports",
     "normalize_confirm_timeout",
     "normalize_os",
     "normalize_ports",
@@ -88,8 +90,50 @@ def normalize_ports(os_name: str, ports: Iterable[str]) -> list[str]:
     return switch_platform(os_name).normalize_ports(ports)
 
 
-def ports_from_cabling(cabling: Sequence[Mapping[str, Any]] | None, switch: str) -> list[str]:
-    """The switch ports that host ports are cabled to (``fabricops_cabling`` entries of this switch)."""
+#: the keys every inter-switch link entry needs (``fabricops_switch_links``, docs/plan.md)
+LINK_KEYS = ("switch_a", "port_a", "switch_b", "port_b")
+
+
+def isl_ports(
+    links: Sequence[Mapping[str, Any]] | None, switch: str, source: str = "fabricops_switch_links"
+) -> list[str]:
+    """This switch's ends of the inter-switch links (``fabricops_switch_links`` entries
+    ``{switch_a, port_a, switch_b, port_b}`` whose ``switch_a`` or ``switch_b`` is ``switch``).
+
+    Every entry must carry the four keys, whichever switch it joins: a half-written entry could be
+    one of this switch's uplinks, so it stops the task (one sentence naming the entry)."""
+    if links is None:
+        return []
+    if not isinstance(links, Sequence) or isinstance(links, str | bytes):
+        raise SwitchError(f"{switch}: {source} must be a list of {{{', '.join(LINK_KEYS)}}} items.")
+    ports = []
+    for entry in links:
+        if not isinstance(entry, Mapping):
+            raise SwitchError(
+                f"{switch}: {source} entry {entry!r} is not a mapping; each entry is "
+                f"{{{', '.join(LINK_KEYS)}}}."
+            )
+        missing = [k for k in LINK_KEYS if entry.get(k) in (None, "")]
+        if missing:
+            raise SwitchError(
+                f"{switch}: {source} entry {dict(entry)!r} has no {' or '.join(missing)}; each entry "
+                f"needs {', '.join(LINK_KEYS)}."
+            )
+        for end in ("a", "b"):
+            if str(entry[f"switch_{end}"]) == switch:
+                ports.append(str(entry[f"port_{end}"]))
+    return ports
+
+
+def ports_from_cabling(
+    cabling: Sequence[Mapping[str, Any]] | None,
+    switch: str,
+    links: Sequence[Mapping[str, Any]] | None = None,
+) -> list[str]:
+    """The switch ports the RoCE traffic crosses: those host ports are cabled to (``fabricops_cabling``
+    entries of this switch), then its ends of the inter-switch links (``links``, the
+    ``fabricops_switch_links`` shape; :func:`isl_ports`). The platform sorts them
+    (:func:`normalize_ports`)."""
     ports = []
     for entry in cabling or []:
         if not isinstance(entry, Mapping):
@@ -101,7 +145,7 @@ def ports_from_cabling(cabling: Sequence[Mapping[str, Any]] | None, switch: str)
             if port in (None, ""):
                 raise SwitchError(f"fabricops_cabling entry {dict(entry)!r} for {switch} has no switch_port.")
             ports.append(str(port))
-    return ports
+    return ports + isl_ports(links, switch)
 
 
 @dataclass(frozen=True)
@@ -110,7 +154,7 @@ class SwitchSpec:
 
     os: str  #: onyx | cumulus
     roce: RoceConfig  #: the validated fabric-wide definition
-    ports: list[str]  #: switch ports facing RoCE host ports
+    ports: list[str]  #: switch ports facing RoCE host ports and its inter-switch link ends
     pfc_watchdog: bool = True  #: PFC watchdog (storm protection) on the ports / globally
     ets_lossless_percent: int = 50  #: DWRR share of the lossless class; the rest to class 0
     buffer_pool: str | None = None  #: NVUE ``qos roce mode`` (lossless | lossless-single-ipool); None: leave

@@ -53,6 +53,7 @@ def run(
     roce: Mapping[str, Any] | None = None,
     ports: Sequence[str] | None = None,
     cabling: Sequence[Mapping[str, Any]] | None = None,
+    links: Sequence[Mapping[str, Any]] | None = None,
     pfc_watchdog: bool = True,
     ets_lossless_percent: int = 50,
     buffer_pool: str | None = "default",
@@ -84,13 +85,14 @@ def run(
             )
         facts = parse_config(os_name, running_config)
         return {"changed": False, "parsed": structured(os_name, facts), "commands": []}
-    port_list = list(ports or []) or ports_from_cabling(cabling, switch)
+    # explicit ports are the whole list; else the host-facing ports and the inter-switch link ends
+    port_list = list(ports or []) or ports_from_cabling(cabling, switch, links)
     spec = None
     if state != "gathered":
         if not port_list and state != "deleted":
             raise SwitchError(
-                f"{switch}: no ports to configure: fabricops_cabling has no entry with switch: {switch} "
-                "and roce_switch_ports is empty."
+                f"{switch}: no ports to configure: fabricops_cabling has no entry with switch: {switch}, "
+                "fabricops_switch_links none with it as switch_a or switch_b, and roce_switch_ports is empty."
             )
         try:
             spec = switch_spec(

@@ -122,6 +122,9 @@ def verify(
 
     if opts.only in (None, "pairs"):
         vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader)
+        from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
+
+        vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
     vr.wall_s = time.monotonic() - t0
     return vr
 
@@ -279,8 +282,10 @@ def explain_roce(
     reader: ReadFn | None,
 ) -> None:
     """Name the path of each failed RoCE pair: both hosts' RoCE QoS (the roce_qos check) and, when the
-    inventory has the switch, its ports on the path (read-only). Writes ``cause`` and
-    ``details.path`` in place."""
+    inventory has the switch, its ports on the path (read-only). A pair whose hosts are on different
+    switches (``details.switches``: {host: switch}) also gets every inter-switch link end its ECMP
+    path may cross checked (the reader's ``isl_path``; the ports roce_switch configures there too).
+    Writes ``cause`` and ``details.path`` in place."""
     by_index = {r.index: r for r in rails}
     failing = [
         r
@@ -294,8 +299,13 @@ def explain_roce(
     for r in failing:
         rail = by_index[r.details["rail"]]
         for h in (r.details.get("client"), r.details.get("server")):
-            if rail.switch and rail.switch_ports.get(h):
-                wanted.setdefault(rail.switch, set()).add(rail.switch_ports[h])
+            hsw = _host_switch(r, rail, h)
+            if hsw and rail.switch_ports.get(h):
+                wanted.setdefault(hsw, set()).add(rail.switch_ports[h])
+    isls = {id(r): _isl_ends(r, by_index[r.details["rail"]], reader) for r in failing}
+    for ends in isls.values():
+        for sw, port, _peer, _peer_port in ends if isinstance(ends, list) else []:
+            wanted.setdefault(sw, set()).add(port)
     states: dict[tuple[str, str], list[str]] = {}
     notes: dict[str, str] = {}
     for sw, ports in sorted(wanted.items()):
@@ -310,7 +320,8 @@ def explain_roce(
     for r in failing:
         rail = by_index[r.details["rail"]]
         found: list[str] = []
-        clean: list[str] = []
+        clean: list[tuple[str, str]] = []
+        cross = False  # a clean host port on another switch than the rail's: each named with its switch
         path: dict[str, Any] = {"switch": rail.switch, "switch_ports": {}, "host_qos": {}}
         for h in (r.details.get("client"), r.details.get("server")):
             nd = rail.netdevs.get(h)
@@ -321,24 +332,77 @@ def explain_roce(
                 more = f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else ""
                 found.append(f"{h} {nd} ({rail.devices.get(h)}): " + "; ".join(diffs[:3]) + more)
             sp = rail.switch_ports.get(h)
-            if rail.switch and sp:
-                st = states.get((rail.switch, sp))
-                path["switch_ports"][sp] = st if st is not None else notes.get(rail.switch)
+            hsw = _host_switch(r, rail, h)
+            if hsw and sp:
+                st = states.get((hsw, sp))
+                name = sp if hsw == rail.switch else f"{hsw} {sp}"  # a cross-switch pair: switch and port
+                path["switch_ports"][name] = st if st is not None else notes.get(hsw)
                 if st:
-                    found.append(f"{rail.switch} {sp} ({h} {rail.devices.get(h)}): {'; '.join(st)}")
+                    found.append(f"{hsw} {sp} ({h} {rail.devices.get(h)}): {'; '.join(st)}")
                 elif st == []:
-                    clean.append(sp)
+                    clean.append((hsw, sp))
+                    cross = cross or hsw != rail.switch
+        ends = isls[id(r)]
+        if isinstance(ends, str):  # the links could not be told
+            path["isl_ports"] = ends
+            clean_isl = None
+        elif ends:
+            path["isl_ports"] = {}
+            clean_isl = []
+            for sw, port, peer, peer_port in ends:
+                st = states.get((sw, port))
+                path["isl_ports"][f"{sw} {port}"] = st if st is not None else notes.get(sw)
+                if st:
+                    found.append(f"{sw} {port} (inter-switch link to {peer} {peer_port}): {'; '.join(st)}")
+                elif st == []:
+                    clean_isl.append(f"{sw} {port}")
         r.details["path"] = path
         if found:
             r.cause = "; ".join(dict.fromkeys(found)) + (f" -- {r.cause}" if r.cause else "")
             continue
         extra = []
         if clean:
-            extra.append(f"{rail.switch} {', '.join(clean)} hold the lossless class as declared")
+            named = [f"{sw} {p}" for sw, p in clean] if cross else [f"{rail.switch} {clean[0][1]}"]
+            named += [] if cross else [p for _sw, p in clean[1:]]
+            extra.append(f"{', '.join(named)} hold the lossless class as declared")
         if rail.switch in notes:
             extra.append(notes[rail.switch])
+        if isinstance(ends, str):
+            extra.append(ends)
+        elif ends:
+            if clean_isl:
+                extra.append(
+                    f"inter-switch link ends {', '.join(clean_isl)} hold the lossless class as declared"
+                )
+            others = dict.fromkeys(e[0] for e in ends if e[0] != rail.switch)
+            extra.extend(notes[sw] for sw in others if sw in notes)
         if extra:
             r.cause = f"{r.cause}; {'; '.join(extra)}" if r.cause else "; ".join(extra)
+
+
+def _host_switch(r: CheckResult, rail: pairs.Rail, host: str | None) -> str | None:
+    """The switch ``host`` is cabled to in pair result ``r``: ``details.switches`` of a cross-switch
+    test, else the rail's switch."""
+    return (r.details.get("switches") or {}).get(host) or rail.switch
+
+
+def _isl_ends(
+    r: CheckResult, rail: pairs.Rail, reader: ReadFn | None
+) -> list[tuple[str, str, str, str]] | str:
+    """The inter-switch link ends a cross-switch pair may cross (``reader.isl_path``), [] for a pair on
+    one switch, or a sentence saying why they cannot be told."""
+    a, b = (_host_switch(r, rail, h) for h in (r.details.get("client"), r.details.get("server")))
+    if not a or not b or a == b:
+        return []
+    path_of = getattr(reader, "isl_path", None)
+    if path_of is None:
+        why = "no switch access given" if reader is None else "the switch reader tells no links"
+        return f"the inter-switch links between {a} and {b} not read ({why})"
+    try:
+        return list(path_of(a, b))
+    except Exception as exc:  # a cause is best effort; the failure stands
+        why = " ".join(str(exc).split())[:160]
+        return f"the inter-switch links between {a} and {b} could not be told ({why})"
 
 
 def _pair_phase(

@@ -17,9 +17,17 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.roce.platforms import SWITCH_OS, switch_platform
+from fabricops.roce.platforms.base import natural
 from fabricops.roce.platforms.nvue import nvue_pfc_priorities
 
-__all__ = ["PATH_KNOBS", "SwitchReader", "inventory_access", "nvue_pfc_priorities", "port_problems"]
+__all__ = [
+    "PATH_KNOBS",
+    "SwitchReader",
+    "inventory_access",
+    "isl_path",
+    "nvue_pfc_priorities",
+    "port_problems",
+]
 
 #: (switch, ports) -> {port: [problem sentences]} (empty list: the port is as declared)
 ReadFn = Callable[[str, Sequence[str]], Mapping[str, list[str]]]
@@ -56,6 +64,38 @@ def port_problems(
         if got != value:
             out.append(_describe(os_name, key, value, got, lp))
     return out
+
+
+#: one inter-switch link end on a path: (switch, port, peer switch, peer port)
+IslEnd = tuple[str, str, str, str]
+
+
+def isl_path(links: Sequence[Mapping[str, Any]] | None, switch_a: str, switch_b: str) -> list[IslEnd]:
+    """Every inter-switch link end a packet from ``switch_a`` to ``switch_b`` may cross
+    (``fabricops_switch_links`` entries, checked by :func:`fabricops.switch.model.isl_ports`): the
+    direct links, and both ends of every link of a two-tier path ``switch_a - X - switch_b`` through a
+    switch X linked to both. RoCE ECMP (and, from verify's side, InfiniBand routing) may take any of
+    them, so each is a candidate. Empty when both are the same switch."""
+    from fabricops.switch.model import isl_ports
+
+    if switch_a == switch_b:
+        return []
+    isl_ports(links, switch_a)  # a half-written entry: one sentence, not a silent gap
+    pairs: list[tuple[str, str, str, str]] = []
+    for e in links or []:
+        pairs.append((str(e["switch_a"]), str(e["port_a"]), str(e["switch_b"]), str(e["port_b"])))
+        pairs.append((str(e["switch_b"]), str(e["port_b"]), str(e["switch_a"]), str(e["port_a"])))
+    near = {sw for sw, _p, peer, _pp in pairs if peer == switch_a}
+    far = {sw for sw, _p, peer, _pp in pairs if peer == switch_b}
+    via = (near & far) - {switch_a, switch_b}
+    out: list[IslEnd] = []
+    for end in pairs:
+        sw, _port, peer, _peer_port = end
+        direct = {sw, peer} == {switch_a, switch_b}
+        hop = (sw in via and peer in (switch_a, switch_b)) or (peer in via and sw in (switch_a, switch_b))
+        if (direct or hop) and end not in out:
+            out.append(end)
+    return sorted(out, key=lambda e: (natural(e[0]), natural(e[1])))
 
 
 def _render(value: Any, variables: Mapping[str, Any]) -> Any:
@@ -133,6 +173,32 @@ class SwitchReader:
         # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
         facts = switch_platform(os_name).port_facts(facts, data)
         return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
+
+    def roce_ports(self, switch: str) -> list[str]:
+        """The ports the roce_switch role configures on ``switch``: its ``fabricops_cabling`` ports
+        and its ends of the inter-switch links (``fabricops.roce.desired``, the role's own
+        ``ports_from_cabling``). Raises :class:`FabricopsError` when the switch has no RoCE plan."""
+        from fabricops.roce.desired import desired_state
+
+        hv = dict(self.hostvars(switch) or {})
+        if not hv:
+            raise FabricopsError(f"{switch} is not in the inventory")
+        desired = desired_state(hv, switch)
+        if desired.switch is None:
+            raise FabricopsError(f"{switch} has no RoCE definition (fabricops_roce / roce_switch_roce)")
+        return list(desired.switch.ports)
+
+    def check_switch(self, switch: str) -> dict[str, list[str]]:
+        """Every port the role configures on ``switch`` (host ports and ISL ends) against the
+        definition: {port: [problem sentences]}."""
+        return self(switch, self.roce_ports(switch))
+
+    def isl_path(self, switch_a: str, switch_b: str) -> list[IslEnd]:
+        """The inter-switch link ends between two switches (:func:`isl_path`), from the links in
+        ``switch_a``'s inventory (``roce_switch_links``, else ``fabricops_switch_links``)."""
+        hv = dict(self.hostvars(switch_a) or {})
+        links = hv.get("roce_switch_links") or hv.get("fabricops_switch_links")
+        return isl_path(links, switch_a, switch_b)
 
     def _roce(self, switch: str, hv: Mapping[str, Any]) -> Any:
         """What the roce_switch role applied to this switch (``roce_switch_roce`` over
