@@ -6,7 +6,8 @@ Everything is created inside names the lab owns and nothing else is touched:
   ``--network-namespace-path``), holding ``eth0`` (management) and one veth per HCA port netdev,
   created *before* boot so the host's own ifupdown raises them like a real server's NICs;
 - ``fo-fabric``: a namespace with one Linux bridge per switch (``br-<switch>``); the far end of
-  every host port veth is a port of its switch's bridge.
+  every host port veth is a port of its switch's bridge; in a multi-tier fabric each leaf's bridge
+  has one veth trunk to the fabric's first spine's bridge (:func:`fabric_trunks`).
 MACs are fixed (derived from positions): a recycled address with a new random MAC leaves stale ARP
 entries that stall SSH (LAB-NOTES). IPv6 is disabled on the lab's own bridges, forwarding stays off.
 """
@@ -99,7 +100,39 @@ def ensure_mgmt_bridge() -> None:
         ip_batch([f"addr add {CONTROLLER_IP}/{MGMT_PREFIX} dev {MGMT_BRIDGE}", f"link set {MGMT_BRIDGE} up"])
 
 
-def ensure_fabric(switches: list[dict[str, Any]]) -> None:
+def fabric_trunks(switches: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(leaf, spine) bridge pairs that join the switches of one multi-tier fabric at layer 2: every
+    linked leaf to the fabric's first spine (by name), a star, so the bridges (no STP) hold no loop.
+    Hosts on different leaves then reach each other's data addresses (the perftest control
+    connection, IPoIB); which ISLs a flow crosses is the physics' business (cabling.json isls), not
+    the bridges'."""
+    names = [s["name"] for s in switches]
+    parent = {n: n for n in names}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for ln in links:
+        if ln["switch_a"] in parent and ln["switch_b"] in parent:
+            parent[root(ln["switch_a"])] = root(ln["switch_b"])
+    tier = {s["name"]: s.get("tier", "leaf") for s in switches}
+    linked = {ln[k] for ln in links for k in ("switch_a", "switch_b") if ln[k] in parent}
+    hub: dict[str, str] = {}
+    for n in sorted(linked):
+        if tier[n] == "spine":
+            hub.setdefault(root(n), n)
+    return [(n, hub[root(n)]) for n in names if n in linked and tier[n] == "leaf" and root(n) in hub]
+
+
+def trunk_veths(leaf: str) -> tuple[str, str]:
+    """The veth pair (leaf end, spine end) of a leaf's layer-2 trunk in fo-fabric."""
+    h = hashlib.sha256(leaf.encode()).hexdigest()[:8]
+    return f"tl-{h}", f"ts-{h}"
+
+
+def ensure_fabric(switches: list[dict[str, Any]], links: list[dict[str, Any]] | None = None) -> None:
     if not netns_exists(FABRIC_NS):
         run(["ip", "netns", "add", FABRIC_NS])
         _sysctl_in(FABRIC_NS, "net.ipv6.conf.all.disable_ipv6", "1")
@@ -113,6 +146,14 @@ def ensure_fabric(switches: list[dict[str, Any]]) -> None:
                 f"link add {br} type bridge stp_state 0 forward_delay 0 ageing_time 30000",
                 f"link set {br} mtu {FABRIC_MTU}",
                 f"link set {br} up",
+            ]
+    for leaf, spine in fabric_trunks(switches, links or []):
+        a, b = trunk_veths(leaf)
+        if not link_exists(a, FABRIC_NS):
+            lines += [
+                f"link add {a} mtu {FABRIC_MTU} type veth peer name {b} mtu {FABRIC_MTU}",
+                f"link set {a} master {bridge_name(leaf)} up",
+                f"link set {b} master {bridge_name(spine)} up",
             ]
     ip_batch(lines, FABRIC_NS)
 

@@ -196,7 +196,7 @@ def _bring_up(lab: dict[str, Any], topo: dict[str, Any], lower: Path, timings: d
     pubkey = key.with_suffix(".pub").read_text()
     _write_fabric(topo)
     network.ensure_mgmt_bridge()
-    network.ensure_fabric(topo["switches"])
+    network.ensure_fabric(topo["switches"], topo.get("links"))
     write_known_hosts(lab)
     t1 = time.monotonic()
     results = _pmap_settled(lambda h: _start_host(topo, h, lower, pubkey), topo["hosts"])
@@ -260,7 +260,7 @@ def reconcile(lab: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
     topo = lab["topology"]
     changed: list[str] = []
     network.ensure_mgmt_bridge()
-    network.ensure_fabric(topo["switches"])
+    network.ensure_fabric(topo["switches"], topo.get("links"))
     down_hosts = [h for h in topo["hosts"] if not host_is_up(lab, h)]
     if down_hosts:
         lower = image.ensure_image()

@@ -407,3 +407,32 @@ def test_isl_ports_reach_the_switch_emulators(tmp_path, monkeypatch):
     nv = NvueSwitch("spine1", sws["spine1"]["ports"], tmp_path / "spine1", tmp_path / "spine1.json")
     fab = json.loads((tmp_path / "spine1.json").read_text())
     assert isl["spine1"] <= set(fab["ports"]) and isl["spine1"] <= set(nv.ports)
+
+
+def test_fabric_bridges_join_each_fabric_as_a_loop_free_star(monkeypatch):
+    """fo-fabric: each leaf bridge gets one trunk to its fabric's first spine (hosts on different
+    leaves reach each other's data addresses); no spine-spine or second path, so no bridge loop."""
+    from fabricops.lab import network
+
+    topo = topology.load(TWO_TIER)
+    assert network.fabric_trunks(topo["switches"], topo["links"]) == [
+        *((lf, "ib-spine1") for lf in IB_LEAVES),
+        *((lf, "spine1") for lf in ROCE_LEAVES),
+    ]
+    assert network.fabric_trunks(topology.load()["switches"], []) == []  # one tier: no trunk
+    batches = []
+    monkeypatch.setattr(network, "netns_exists", lambda name: True)
+    monkeypatch.setattr(network, "link_exists", lambda name, netns=None: False)
+    monkeypatch.setattr(network, "ip_batch", lambda lines, netns=None: batches.append((netns, lines)))
+    network.ensure_fabric(topo["switches"], topo["links"])
+    ((ns, lines),) = batches
+    assert ns == network.FABRIC_NS
+    a, b = network.trunk_veths("leaf3")
+    assert len(a) <= 15 and len(b) <= 15
+    assert f"link set {a} master br-leaf3 up" in lines and f"link set {b} master br-spine1 up" in lines
+    trunks = [ln for ln in lines if " type veth " in ln]
+    assert len(trunks) == 8 and all("mtu 9216" in ln for ln in trunks)
+    # bridges first, then the trunks that join them
+    assert max(i for i, ln in enumerate(lines) if "type bridge" in ln) < min(
+        i for i, ln in enumerate(lines) if " type veth " in ln
+    )
