@@ -1,0 +1,237 @@
+"""Adaptive fault isolation: from failed coverage tests to the one bad directed cable, named.
+
+Evidence rules (sound with any number of faults, for faults that degrade every test crossing them
+in that direction -- a link down, trained at a lower width or speed, erroring, a lossy port):
+
+- a test that **passed** proves every directed cable of its path good;
+- a test that **failed** has a bad cable on its path; its *suspects* are its cables not proven good;
+- a failed test with exactly **one** suspect names that cable bad (everything else on it passed
+  elsewhere). Nothing else ever names a cable: with two faults the result is an ambiguity (the
+  suspects listed), never a wrong single name.
+
+Each isolation round re-tests every open suspect with a *probe*: a test through the suspect whose
+other cables are proven good (a known-good peer: a same-leaf port for a host link; a proven source
+port, uplink and destination for an ISL), probes of a round sharing no directed cable. A probe
+that fails names its suspect; one that passes clears it. When no such probe exists the probe with
+the fewest unproven cables is used, and the next round splits what it left.
+
+**Worst case, one bad directed cable, two-tier tree (proof).** After a coverage schedule every
+cable other than the bad one, f, was crossed by some test. Let t0 be a failed test (it crosses
+f). Cables crossed by a passing test are proven; the unproven ones lie on failed tests, and every
+failed test crosses f. (i) If f is a host link of port a, its probe is a test between a and a
+proven port on the same leaf (or, with a single port on the leaf, through a proven uplink): all
+other cables proven, so round 1 names f. (ii) If f is an ISL, the host links of t0 were proven by
+the host tests of the coverage rounds (same-leaf rings, and every port is both client and server
+there) unless their only test was t0; a probe of f from another proven port of the source leaf to
+another proven destination it routes over f has only f unproven. The other suspects of t0 (at
+most 3: the host links and the other ISL of a cross-leaf path) each get a probe in the same round
+through cables that passed. So a single bad cable is named in **at most 2 extra rounds** (1 in the
+cases above; 2 when a suspect's only probes cross another suspect, e.g. a leaf with a single port,
+or D-mod-k routing only one destination over an ISL), independent of the number of hosts:
+:data:`WORST_ROUNDS_ONE_FAULT`. tests/unit/verify/test_isolate.py checks it for every directed
+cable of a 4-leaf, 2-spine, 16-host tree, and bench/coverage_sim.py on 256 to 4,096 hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fabricops.model.fabric import DirLink, Fabric, Port, dirlink_str
+from fabricops.verify.coverage import Test, _cross_table, roce_qps
+
+__all__ = ["WORST_ROUNDS_ONE_FAULT", "Isolation", "Oracle", "isolate", "name"]
+
+#: Extra rounds to name one bad directed cable in a two-tier tree (module docstring).
+WORST_ROUNDS_ONE_FAULT = 2
+
+Oracle = Callable[[Sequence[Test]], Mapping[Test, bool]]  #: runs one round: test -> passed
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """RoCE: the unknown (ECMP) ISLs between two leaves: up out of ``src_leaf``, down into ``dst_leaf``."""
+
+    src_leaf: str
+    dst_leaf: str
+
+    def __str__(self) -> str:
+        return f"an ISL on the ECMP paths {self.src_leaf} -> {self.dst_leaf}"
+
+
+Suspect = DirLink | Bundle
+
+
+@dataclass
+class Isolation:
+    """What isolation found: ``bad`` (each proven by a failed test whose every other cable passed
+    elsewhere), ``suspects`` left open (ambiguous), the extra ``rounds`` and the probes run."""
+
+    bad: list[Suspect] = field(default_factory=list)
+    suspects: list[Suspect] = field(default_factory=list)
+    rounds: int = 0
+    probes: list[tuple[Test, bool]] = field(default_factory=list)
+    not_reproduced: list[Test] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.bad) and not self.suspects
+
+    def summary(self, fabric: Fabric) -> str:
+        parts = []
+        if self.bad:
+            parts.append("bad: " + "; ".join(name(fabric, s) for s in self.bad))
+        if self.suspects:
+            parts.append("ambiguous, one or more of: " + "; ".join(name(fabric, s) for s in self.suspects))
+        if self.not_reproduced:
+            parts.append(
+                f"{len(self.not_reproduced)} failed test(s) not reproduced: every cable on their path "
+                "passed in other tests (intermittent fault or congestion)"
+            )
+        return (", ".join(parts) or "nothing to isolate") + f" ({self.rounds} extra round(s))"
+
+
+def name(fabric: Fabric, s: Suspect) -> str:
+    """``ISL leaf2:swp31>spine1:swp2`` / ``host port gpu07 mlx5_1/1 (transmit: ...)``."""
+    if isinstance(s, Bundle):
+        return str(s)
+    return fabric.name(s)
+
+
+def _suspects(fabric: Fabric, t: Test) -> list[Suspect]:
+    p = fabric.path(t.src, t.dst)
+    if p is not None:
+        return list(p)
+    return [fabric.up(t.src), Bundle(fabric.leaf_of(t.src), fabric.leaf_of(t.dst)), fabric.down(t.dst)]
+
+
+def _probes(fabric: Fabric, s: Suspect) -> Iterable[tuple[Test, list[Suspect]]]:
+    """Candidate tests through suspect ``s``, with their suspect lists."""
+    f = fabric
+    if isinstance(s, Bundle):
+        for a in f.on_leaf(s.src_leaf):
+            for b in f.on_leaf(s.dst_leaf):
+                t = Test(a, b, roce_qps(f, a, b))
+                yield t, _suspects(f, t)
+        return
+    kind = f.kind(s)
+    if kind == "host-up":
+        a = s[0]
+        others = sorted(f.endpoints, key=lambda e: f.leaf_of(e) != f.leaf_of(a))
+        for b in others:
+            if b != a:
+                t = Test(a, b, roce_qps(f, a, b))
+                yield t, _suspects(f, t)
+    elif kind == "host-down":
+        b = s[1]
+        others = sorted(f.endpoints, key=lambda e: f.leaf_of(e) != f.leaf_of(b))
+        for a in others:
+            if a != b:
+                t = Test(a, b, roce_qps(f, a, b))
+                yield t, _suspects(f, t)
+    else:
+        _cross, opts = _cross_table(f)
+        for leaf, dst in opts.get(s, ()):
+            for a in f.on_leaf(leaf):
+                t = Test(a, dst)
+                yield t, _suspects(f, t)
+
+
+def isolate(
+    fabric: Fabric,
+    results: Iterable[tuple[Test, bool]],
+    oracle: Oracle,
+    *,
+    max_rounds: int = 4,
+) -> Isolation:
+    """Name the bad directed cable(s) behind the failed tests of ``results`` ((test, passed) pairs
+    of the coverage rounds), running at most ``max_rounds`` rounds of probes through ``oracle``."""
+    f = fabric
+    good: set[Suspect] = set()
+    failed: list[list[Suspect]] = []
+    failed_tests: list[Test] = []
+    out = Isolation()
+
+    def learn(t: Test, ok: bool) -> None:
+        sus = _suspects(f, t)
+        if ok:
+            # a passing RoCE cross-leaf test proves its host links; its ISLs are unknown
+            good.update(x for x in sus if not isinstance(x, Bundle))
+            for x in sus:
+                if isinstance(x, Bundle):
+                    good.add(x)
+        else:
+            failed.append(sus)
+            failed_tests.append(t)
+
+    for t, ok in results:
+        learn(t, ok)
+    if not failed:
+        return out
+    bad: list[Suspect] = []
+    for _round in range(max_rounds + 1):
+        # what the evidence says now
+        open_tests = []
+        for sus in failed:
+            left = [x for x in sus if x not in good]
+            if any(x in bad for x in left):
+                continue  # explained by a cable already named
+            if len(left) == 1:
+                bad.append(left[0])
+                continue
+            open_tests.append(left)
+        # a newly named cable may explain tests seen earlier in this pass
+        open_tests = [left for left in open_tests if not any(x in bad for x in left)]
+        # the other unproven cables of explained tests may hide a second fault: probe them too
+        hidden = [x for sus in failed for x in sus if x not in good and x not in bad]
+        if not (open_tests or hidden) or _round == max_rounds:
+            break
+        suspects = list(dict.fromkeys([*(x for left in open_tests for x in left), *hidden]))
+        if not suspects:
+            break
+        used: set[Suspect] = set()
+        probes: list[Test] = []
+        # a probe whose unproven cables include all of a failed test's tells nothing: it must fail
+        known_fail = [frozenset(x for x in sus if x not in good) for sus in failed]
+        for s in suspects:
+            best = None
+            for t, sus in _probes(f, s):
+                if any(x in used for x in sus) or any(x in bad for x in sus):
+                    continue
+                unk = frozenset(x for x in sus if x not in good)
+                if any(k <= unk for k in known_fail):
+                    continue
+                unknown = sum(1 for x in sus if x not in good and x != s)
+                if best is None or unknown < best[0]:
+                    best = (unknown, t, sus)
+                    if unknown == 0:
+                        break
+            if best is not None:
+                probes.append(best[1])
+                used.update(best[2])
+        if not probes:
+            break
+        res = oracle(probes)
+        out.rounds += 1
+        for t in probes:
+            ok = bool(res.get(t, False))
+            out.probes.append((t, ok))
+            learn(t, ok)
+    out.bad = list(dict.fromkeys(bad))
+    open_left: list[Suspect] = []
+    for t, sus in zip(failed_tests, failed, strict=True):
+        left = [x for x in sus if x not in good]
+        if not left:
+            out.not_reproduced.append(t)
+        elif not any(x in out.bad for x in left):
+            open_left.extend(left)
+    out.suspects = list(dict.fromkeys(open_left))
+    return out
+
+
+def dirlinks_str(links: Iterable[DirLink]) -> list[str]:
+    return sorted(dirlink_str(d) for d in links)
+
+
+def probe_ports(t: Test) -> tuple[Port, Port]:
+    return t.src, t.dst
