@@ -52,6 +52,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--serial", action="store_true", help="pairwise tests one at a time (for comparison)")
     p.add_argument("--no-rerun", action="store_true", help="do not re-run failed pairs alone")
+    p.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="test every pair of hosts per rail (N-1 rounds) instead of the coverage schedule, which "
+        "proves every cable of the fabric in the fewest rounds when the inventory describes it",
+    )
     p.set_defaults(func=cmd_verify)
 
 
@@ -147,6 +153,7 @@ def cmd_verify(args) -> int:
         skip=args.skip,
         serial=args.serial,
         rerun=not args.no_rerun,
+        all_pairs=args.all_pairs,
         progress=out.line,
         counter_baseline=baseline,
     )
