@@ -86,7 +86,7 @@ def roce_trials(n, trials, rng):
                     seen.add(up)
                     seen.add(downs[rng.randrange(len(downs))])
             if not plan:
-                plan = followup(f, f.isl_links() - seen)[:1]
+                plan = followup(f, f.isl_links() - seen, attempt=rounds)[:1]
         counts.append(rounds)
     return len(first), counts
 

@@ -361,43 +361,60 @@ def _ib_greedy(
 
 
 def _roce_rounds(
-    f: Fabric, need_out: set[str], need_in: set[str], capacity: int, host_links: set[DirLink] | None = None
+    f: Fabric,
+    need_out: set[str],
+    need_in: set[str],
+    capacity: int,
+    host_links: set[DirLink] | None = None,
+    attempt: int = 0,
 ) -> list[list[Test]]:
     """Rounds giving each leaf of ``need_out`` one cross-leaf test out and each of ``need_in`` one
-    in (at most ``capacity`` per leaf direction per round), plus tests for ``host_links``."""
-    need_out = {leaf for leaf in need_out if f.uplinks(leaf)} if len(f.leaves) > 1 else set()
-    need_in = (
-        {leaf for leaf in need_in if any(f.downlinks(s, leaf) for s in f.spines)}
-        if len(f.leaves) > 1
-        else set()
-    )
+    in (at most ``capacity`` per leaf direction per round), plus tests for ``host_links``.
+
+    Traffic into a leaf of ``need_in`` comes preferably from a leaf *not* in ``need_out`` (an
+    uplink that is down or out of the ECMP group there would keep a spine's down link dark), and
+    the pairing rotates with ``attempt`` so that follow-ups do not repeat one leaf pair."""
+    multi = len(f.leaves) > 1
+    need_out = {leaf for leaf in need_out if f.uplinks(leaf)} if multi else set()
+    need_in = {leaf for leaf in need_in if any(f.downlinks(s, leaf) for s in f.spines)} if multi else set()
+    suspect_out = set(need_out)
     hosts_left = set(host_links or ())
     rounds: list[list[Test]] = []
-    for _ in range(4 * len(f.endpoints) + 8):
+    leaves = f.leaves
+    n = len(leaves)
+
+    def place(rnd: _Round, ls: str, ld: str) -> bool:
+        if ls == ld or rnd.cross_out[ls] >= capacity or rnd.cross_in[ld] >= capacity:
+            return False
+        s = next((e for e in f.on_leaf(ls) if rnd.free_src(e)), None)
+        d = next((e for e in f.on_leaf(ld) if rnd.free_dst(e)), None)
+        if s is None or d is None:
+            return False
+        rnd.add(Test(s, d, roce_qps(f, s, d)), [f.up(s), f.down(d)])
+        need_out.discard(ls)
+        need_in.discard(ld)
+        return True
+
+    for r in range(4 * len(f.endpoints) + 8):
         if not (need_out or need_in or hosts_left):
             break
         rnd = _Round(f)
-        leaves = f.leaves
-        order = sorted(leaves, key=lambda x: (x not in need_out, natural(x)))
-        for i, ls in enumerate(order):
-            if ls not in need_out and not need_in:
+        shift = attempt + r
+        for i, ld in enumerate(leaves):  # into leaves with dark down links: from a sound leaf
+            if ld not in need_in:
                 continue
-            # destination leaf: the next one needing traffic in, else the next one
-            cands = [order[(i + j) % len(order)] for j in range(1, len(order))]
-            cands.sort(key=lambda m: m not in need_in)
+            cands = [leaves[(i + 1 + (j + shift) % (n - 1)) % n] for j in range(n - 1)]
+            cands.sort(key=lambda m: (m in suspect_out, m not in need_out))
+            for ls in cands:
+                if place(rnd, ls, ld):
+                    break
+        for i, ls in enumerate(leaves):
+            if ls not in need_out:
+                continue
+            cands = [leaves[(i + 1 + (j + shift) % (n - 1)) % n] for j in range(n - 1)]
             for ld in cands:
-                if ls not in need_out and ld not in need_in:
-                    continue
-                if rnd.cross_out[ls] >= capacity or rnd.cross_in[ld] >= capacity:
-                    continue
-                s = next((e for e in f.on_leaf(ls) if rnd.free_src(e)), None)
-                d = next((e for e in f.on_leaf(ld) if rnd.free_dst(e)), None)
-                if s is None or d is None:
-                    continue
-                rnd.add(Test(s, d, roce_qps(f, s, d)), [f.up(s), f.down(d)])
-                need_out.discard(ls)
-                need_in.discard(ld)
-                break
+                if place(rnd, ls, ld):
+                    break
         _host_phase(f, rnd, hosts_left, {}, capacity)
         hosts_left -= rnd.used
         if not rnd.tests:
@@ -426,7 +443,9 @@ def observe(
     return seen
 
 
-def followup(fabric: Fabric, unobserved: Iterable[DirLink], capacity: int = 1) -> list[list[Test]]:
+def followup(
+    fabric: Fabric, unobserved: Iterable[DirLink], capacity: int = 1, attempt: int = 0
+) -> list[list[Test]]:
     """Rounds of cross-leaf RoCE tests for ISL directions not yet seen: one test out of the leaf of
     each unseen up ISL, one into the leaf of each unseen down ISL (new QP numbers, new hashes)."""
     need_out, need_in = set(), set()
@@ -436,4 +455,4 @@ def followup(fabric: Fabric, unobserved: Iterable[DirLink], capacity: int = 1) -
             need_out.add(d[0][0])
         elif k == "isl-down":
             need_in.add(d[1][0])
-    return _roce_rounds(fabric, need_out, need_in, capacity)
+    return _roce_rounds(fabric, need_out, need_in, capacity, attempt=attempt)

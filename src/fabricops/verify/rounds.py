@@ -223,7 +223,7 @@ def run_coverage(
                 if not p.fabric.roce:
                     continue
                 unseen = p.fabric.isl_links() - observed[p.rail.index]
-                more = coverage.followup(p.fabric, unseen)
+                more = coverage.followup(p.fabric, unseen, attempt=k + 1)
                 if more:
                     extra += [(p, t) for t in more[0]]
             if not extra:

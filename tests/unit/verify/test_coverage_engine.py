@@ -149,3 +149,135 @@ def test_two_tier_healthy_passes_with_fewer_tests_than_all_pairs():
     ]
     assert crossing  # ISLs really are tested
     assert vr.pairs.rounds <= 2 * vr.pairs.lower_bound + 1
+
+
+# --- RoCE: ISL coverage observed from switch counters ------------------------------------------
+
+
+def _roce(n=8, leaves=4):
+    import random
+
+    from fabricops.verify import pairs
+
+    hosts = [f"gpu{i:02d}" for i in range(1, n + 1)]
+    cab, per = [], {}
+    for i, h in enumerate(hosts, 1):
+        leaf = f"leaf{(i - 1) % leaves + 1}"
+        per[leaf] = per.get(leaf, 0) + 1
+        cab.append(
+            {
+                "host": h,
+                "hca": "mlx5_1",
+                "port": 1,
+                "netdev": "enp170s0f0np0",
+                "switch": leaf,
+                "switch_port": f"swp{per[leaf]}",
+            }
+        )
+    links = [
+        {
+            "switch_a": f"leaf{li}",
+            "port_a": f"swp{30 + s}",
+            "switch_b": f"spine{s}",
+            "port_b": f"swp{li}",
+            "tier": "leaf_spine",
+        }
+        for li in range(1, leaves + 1)
+        for s in (1, 2)
+    ]
+    rail = pairs.Rail(
+        0,
+        "mlx5_1/1",
+        "Ethernet",
+        400.0,
+        {h: "mlx5_1/1" for h in hosts},
+        {h: f"203.0.113.{i}" for i, h in enumerate(hosts, 1)},
+        gid_index=dict.fromkeys(hosts, 3),
+        tos=106,
+    )
+    return hosts, cab, links, rail, random.Random(7)
+
+
+class RoceFabric:
+    """Hosts plus the switches' port counters: each QP of a test is a flow hashed onto an uplink
+    (ECMP excludes a link that is down), its bytes added to the counters of every ISL it crosses."""
+
+    def __init__(self, fabric, rng, down=()):
+        self.f, self.rng, self.down = fabric, rng, set(down)
+        self.ip = {f"203.0.113.{i}": h for i, (h, _d) in enumerate(fabric.endpoints, 1)}
+        self.tx = dict.fromkeys(fabric.isl_links(), 1000)  # a base, as real counters have
+        self.qps = []
+
+    def run(self, host, cmd, timeout=60):
+        if not cmd.startswith("n=0"):
+            return {"rc": 0, "stdout": "", "stderr": ""}
+        if "ib_write_bw" not in cmd:
+            return {"rc": 0, "stdout": LAT, "stderr": ""}
+        peer = self.ip[re.search(r"(203\.0\.113\.\d+)", cmd)[1]]
+        q = int(re.search(r" -q (\d+)", cmd)[1])
+        src, dst = (host, "mlx5_1/1"), (peer, "mlx5_1/1")
+        ls, ld = self.f.leaf_of(src), self.f.leaf_of(dst)
+        if ls != ld:
+            self.qps.append(q)
+            for _ in range(q):
+                ups = [u for u in self.f.uplinks(ls) if u not in self.down]
+                up = ups[self.rng.randrange(len(ups))]
+                (dn,) = self.f.downlinks(up[1][0], ld)
+                self.tx[up] += 8 << 20
+                self.tx[dn] += 8 << 20
+        return {"rc": 0, "stdout": BW, "stderr": ""}
+
+    def counters(self, fabric, links):
+        return {d: self.tx[d] for d in links}
+
+
+def test_roce_isls_are_covered_only_when_their_counters_move():
+    from fabricops.model.profiles import load_profile
+    from fabricops.verify import rounds
+
+    _hosts, cab, links, rail, rng = _roce()
+    plans, why = rounds.plan_fabrics([rail], cab, links, {})
+    assert plans and not why and plans[0].fabric.roce
+    fake = RoceFabric(plans[0].fabric, rng)
+    opts = {
+        "bw_size": 8388608,
+        "bw_qps": 1,
+        "lat_size": 2,
+        "base_port": 18515,
+        "timeout_s": 60,
+        "connect_retries": 5,
+        "server_start_s": 0,
+    }
+    cr = rounds.run_coverage(fake.run, plans, load_profile("hgx-h100-ndr"), opts, counters=fake.counters)
+    assert fake.qps and min(fake.qps) >= 2 * 2  # cross-leaf tests carry 2 x n_up QPs
+    assert cr.links_covered == cr.links_total == 2 * (8 + 8)
+    assert all(r.ok for r in cr.results)
+    # without counters the ISLs are not claimed: host links only, and a skip saying why
+    cr = rounds.run_coverage(RoceFabric(plans[0].fabric, rng).run, plans, load_profile("hgx-h100-ndr"), opts)
+    assert cr.links_covered == 16 and cr.links_total == 32
+    (skip,) = [r for r in cr.results if r.check == "coverage"]
+    assert skip.status == "skip" and "16 ISL directions not observed" in skip.message
+
+
+def test_roce_isl_out_of_the_ecmp_group_is_a_failure_naming_it():
+    from fabricops.model.profiles import load_profile
+    from fabricops.verify import rounds
+
+    _hosts, cab, links, rail, rng = _roce()
+    plans, _ = rounds.plan_fabrics([rail], cab, links, {})
+    f = plans[0].fabric
+    dead = f.uplinks("leaf3")[1]  # leaf3 -> spine2, down: ECMP sends nothing over it
+    fake = RoceFabric(f, rng, down={dead})
+    opts = {
+        "bw_size": 8388608,
+        "bw_qps": 1,
+        "lat_size": 2,
+        "base_port": 18515,
+        "timeout_s": 60,
+        "connect_retries": 5,
+        "server_start_s": 0,
+    }
+    cr = rounds.run_coverage(fake.run, plans, load_profile("hgx-h100-ndr"), opts, counters=fake.counters)
+    bad = [r for r in cr.results if not r.ok]
+    assert [r.message.split(" carried")[0] for r in bad] == [f"rail mlx5_1/1: ISL {dirlink_str(dead)}"]
+    assert cr.rounds > len(plans[0].rounds)  # follow-up rounds were run for it
