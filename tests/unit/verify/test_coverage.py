@@ -180,3 +180,15 @@ def test_covered_set_equals_cables_brute_force_small():
     every = covered(f, [Test(a, b) for a, b in itertools.permutations(f.endpoints, 2)])
     assert every == f.directed() - unroutable(f)
     assert covered(f, [t for r in schedule(f) for t in r]) == every
+
+
+def test_lower_bound_destination_set_argument_hand_computed():
+    # 5 leaves of 2 hosts, 4 spines x 1 link: n_up 4, LIDs 2..11. Up ISLs to spine1 (residue 0)
+    # can only be proven by tests into LIDs 4 and 8 (gpu03, gpu07): 5 such ISLs (one per leaf),
+    # at most 2 tests enter {gpu03, gpu07} per round -> ceil(5 / 2) = 3 rounds
+    f = fat_tree(10, 2, 4, 1)
+    assert sum(1 for e in f.endpoints if f.lids[e] % 4 == 0) == 2
+    assert lower_bound(f) == 3
+    rounds = schedule(f)
+    assert 3 <= len(rounds) <= FACTOR * 3
+    assert _assert_schedule(f, rounds) == f.directed() - unroutable(f)
