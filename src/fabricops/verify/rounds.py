@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import FabricopsError, ParseError
-from fabricops.model.fabric import DirLink, Fabric, dirlink_str
+from fabricops.model.fabric import DirLink, Fabric, dirlink_str, natural
 from fabricops.parsers import parse
 from fabricops.verify import coverage, isolate, pairs
 from fabricops.verify.result import FAIL, SKIP, CheckResult
@@ -100,11 +100,27 @@ def plan_fabrics(
         h, d = sorted(testable - covered_eps)[0]
         return None, f"{h} {d} is not in fabricops_cabling"
     out = []
-    for i, f in enumerate(fabrics):
+    split: list[Fabric] = []
+    for f in fabrics:
+        hosts = [h for h, _d in f.endpoints]
+        if len(hosts) == len(set(hosts)):
+            split.append(f)
+            continue
+        if f.isl_links():
+            dup = sorted({h for h in hosts if hosts.count(h) > 1})[0]
+            return None, f"{dup} has two ports on one multi-switch fabric (their tests would share ISLs)"
+        # one switch, several ports per host: each HCA port is its own rail; they share no cable
+        for dev in sorted({d for _h, d in f.endpoints}, key=natural):
+            eps = [e for e in f.endpoints if e[1] == dev]
+            cables = [c for c in f.cables if c.kind == "host" and c.a in eps]
+            split.append(
+                Fabric(eps, cables, f.link_layer, {e: v for e, v in f.lids.items() if e in eps}, f.tiers)
+            )
+    for i, f in enumerate(split):
         hosts = [h for h, _d in f.endpoints]
         if len(hosts) != len(set(hosts)):
             dup = sorted({h for h in hosts if hosts.count(h) > 1})[0]
-            return None, f"{dup} has two ports on one fabric (its rails cannot be told apart)"
+            return None, f"{dup} has two {f.endpoints[0][1]} ports on one switch"
         members = [by_dev[e] for e in f.endpoints]
         r0 = members[0]
         merged = pairs.Rail(

@@ -84,7 +84,8 @@ class Hosts:
             return {"rc": 0, "stdout": "", "stderr": ""}
         peer = re.search(r"addr-(gpu\d+)", cmd)[1]
         self.clients.append((host, peer, cmd))
-        path = self.fabric.path((host, "mlx5_0/1"), (peer, "mlx5_0/1"))
+        dev = re.search(r" -d (mlx5_\d+) ", cmd)[1] + "/1"
+        path = self.fabric.path((host, dev), (peer, dev)) if dev == "mlx5_0/1" else []
         slow = bool(set(path) & self.bad)
         if "ib_write_bw" in cmd:
             return {"rc": 0, "stdout": SLOW if slow else BW, "stderr": ""}
@@ -101,6 +102,22 @@ def test_single_switch_coverage_is_one_round_instead_of_n_minus_1():
     assert cov.pairs.links_covered == cov.pairs.links_total == 32
     text = report.terminal(cov)
     assert "COVERAGE (1 rounds, lower bound 1; links covered 32/32" in text
+
+
+def test_single_switch_two_ports_per_host_is_two_rails_of_one_round():
+    hosts, hv = _inventory(spines=0)
+    for v in hv.values():
+        v["fabricops_cabling"] = v["fabricops_cabling"] + [
+            dict(c, hca="mlx5_1", netdev="ibp60s0", switch_port=str(100 + i))
+            for i, c in enumerate(v["fabricops_cabling"])
+        ]
+    fake = Hosts({h: dict(v, fabricops_cabling=v["fabricops_cabling"][:16]) for h, v in hv.items()})
+    vr = verify(fake.run, hosts, hv, Options(only="pairs"), {"ib-sw1": "InfiniBand"})
+    assert vr.ok and vr.pairs.mode == "coverage"
+    assert [r.name for r in vr.pairs.rails] == ["mlx5_0/1", "mlx5_1/1"]
+    assert vr.pairs.rounds == 1 and vr.pairs.links_covered == vr.pairs.links_total == 64
+    ports = {re.search(r" -p (\d+) ", c)[1] for _h, _p, c in fake.clients}
+    assert ports == {"18515", "18516"}  # one TCP port per rail, as in all-pairs mode
 
 
 def test_two_tier_bad_isl_is_named_and_all_pairs_never_crosses_it():
