@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from fabricops.model.fabric import DirLink, Fabric, Port, dirlink_str
 from fabricops.verify.coverage import Test, _cross_table, roce_qps
 
-__all__ = ["WORST_ROUNDS_ONE_FAULT", "Isolation", "Oracle", "isolate", "name"]
+__all__ = ["WORST_ROUNDS_ONE_FAULT", "Bundle", "Isolation", "Oracle", "isolate", "name", "names"]
 
 #: Extra rounds to name one bad directed cable in a two-tier tree (module docstring).
 WORST_ROUNDS_ONE_FAULT = 2
@@ -80,7 +80,7 @@ class Isolation:
     def summary(self, fabric: Fabric) -> str:
         parts = []
         if self.bad:
-            parts.append("bad: " + "; ".join(name(fabric, s) for s in self.bad))
+            parts.append("bad: " + "; ".join(names(fabric, self.bad)))
         if self.suspects:
             parts.append("ambiguous, one or more of: " + "; ".join(name(fabric, s) for s in self.suspects))
         if self.not_reproduced:
@@ -89,6 +89,36 @@ class Isolation:
                 "passed in other tests (intermittent fault or congestion)"
             )
         return (", ".join(parts) or "nothing to isolate") + f" ({self.rounds} extra round(s))"
+
+
+def names(fabric: Fabric, items: Sequence[Suspect]) -> list[str]:
+    """Names of bad items, the two directions of one cable as one: ``host port gpu05 mlx5_0/1
+    (both directions: ...)``, ``ISL leaf1:swp31<>spine1:swp1 (both directions: ...)``."""
+    out, done = [], set()
+    have = set(items)
+    for s in items:
+        if s in done:
+            continue
+        rev = None if isinstance(s, Bundle) else (s[1], s[0])
+        if rev is not None and rev in have:
+            done.update({s, rev})
+            k = fabric.kind(s)
+            if k.startswith("host"):
+                host_end, sw_end = (s[0], s[1]) if k == "host-up" else (s[1], s[0])
+                out.append(
+                    f"host port {host_end[0]} {host_end[1]} (both directions: the port, its cable or "
+                    f"{sw_end[0]} port {sw_end[1]})"
+                )
+            else:
+                up = s if k == "isl-up" else rev
+                out.append(
+                    f"ISL {up[0][0]}:{up[0][1]}<>{up[1][0]}:{up[1][1]} (both directions: the cable or "
+                    "either switch port)"
+                )
+            continue
+        done.add(s)
+        out.append(name(fabric, s))
+    return out
 
 
 def name(fabric: Fabric, s: Suspect) -> str:

@@ -304,13 +304,14 @@ def run_coverage(
             cr.isolation_rounds += iso.rounds
             text = iso.summary(f)
             info["isolation"] = {
-                "bad": [isolate.name(f, s) for s in iso.bad],
+                "bad": isolate.names(f, iso.bad),
+                "links": [str(s) if isinstance(s, isolate.Bundle) else dirlink_str(s) for s in iso.bad],
                 "ambiguous": [isolate.name(f, s) for s in iso.suspects],
                 "rounds": iso.rounds,
                 "not_reproduced": [str(t) for t in iso.not_reproduced],
             }
             cr.findings.append(f"rail {p.rail.name}: {text}")
-            for s in iso.bad:
+            for text_bad in isolate.names(f, iso.bad):
                 cr.results.append(
                     CheckResult(
                         "pairs",
@@ -318,13 +319,10 @@ def run_coverage(
                         p.rail.name,
                         None,
                         FAIL,
-                        f"rail {p.rail.name}: bad {isolate.name(f, s)}",
+                        f"rail {p.rail.name}: bad {text_bad}",
                         cause=f"named by {iso.rounds} isolation round(s): every other cable on its "
                         "failing tests passed",
-                        details={
-                            "rail": p.rail.index,
-                            "link": str(s) if isinstance(s, isolate.Bundle) else dirlink_str(s),
-                        },
+                        details={"rail": p.rail.index},
                     )
                 )
             if iso.suspects:

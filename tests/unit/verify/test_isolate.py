@@ -12,11 +12,11 @@ from fabricops.verify.coverage import check_round, schedule, unroutable
 from fabricops.verify.isolate import WORST_ROUNDS_ONE_FAULT, Bundle, isolate, name
 
 
-def _lab16():
-    """The lab's two-tier shape at 16 hosts (SPEC-18 §1): host i on leaf ((i-1) % 4) + 1, U = 2
-    links from each leaf to each spine, LIDs from 2 in host order."""
+def _lab16(n=16, u=2):
+    """The lab's two-tier shape (SPEC-18 §1), 16 hosts by default: host i on leaf ((i-1) % 4) + 1,
+    U = 2 links from each leaf to each spine, LIDs from 2 in host order."""
     cab, links, per = [], [], {}
-    for i in range(1, 17):
+    for i in range(1, n + 1):
         leaf = f"ib-leaf{(i - 1) % 4 + 1}"
         per[leaf] = per.get(leaf, 0) + 1
         cab.append(
@@ -29,19 +29,20 @@ def _lab16():
                 "switch_port": str(per[leaf]),
             }
         )
+    down = n // 4
     for li in range(4):
         for s in range(2):
-            for u in range(2):
+            for k in range(u):
                 links.append(
                     {
                         "switch_a": f"ib-leaf{li + 1}",
-                        "port_a": str(5 + 2 * s + u),
+                        "port_a": str(down + s * u + k + 1),
                         "switch_b": f"ib-spine{s + 1}",
-                        "port_b": str(2 * li + u + 1),
+                        "port_b": str(li * u + k + 1),
                         "tier": "leaf_spine",
                     }
                 )
-    lids = {(f"gpu{i:02d}", "mlx5_0/1"): i + 1 for i in range(1, 17)}
+    lids = {(f"gpu{i:02d}", "mlx5_0/1"): i + 1 for i in range(1, n + 1)}
     (f,) = Fabric.from_inventory(cab, links, lids=lids)
     return f
 
@@ -68,13 +69,16 @@ FABRICS = {
     "fat_tree_16": lambda: fat_tree(16, 4, 2, 2),
     "lab_16": _lab16,
     "u1_16": lambda: fat_tree(16, 4, 2, 1),
+    "lab_8": lambda: _lab16(8, 1),
+    "lab_32": lambda: _lab16(32, 4),
 }
 
 
 @pytest.mark.parametrize("which", sorted(FABRICS))
 def test_every_single_bad_cable_is_named_exactly_within_the_bound(which):
     f = FABRICS[which]()
-    assert len(f.leaves) == 4 and len(f.spines) == 2 and len(f.endpoints) == 16
+    assert len(f.leaves) == 4 and len(f.spines) == 2
+    assert len(f.endpoints) == int(which.rsplit("_", 1)[1])
     links = sorted(f.directed() - unroutable(f))
     worst = 0
     for d in links:
@@ -100,6 +104,15 @@ def test_a_port_down_is_both_directions_of_its_cable():
     ep = ("gpu05", "mlx5_0/1")
     iso, _ = _sim(f, {f.up(ep), f.down(ep)})
     assert set(iso.bad) == {f.up(ep), f.down(ep)} and not iso.suspects
+    assert iso.summary(f).startswith(
+        "bad: host port gpu05 mlx5_0/1 (both directions: the port, its cable or ib-leaf1 port 2)"
+    )
+    ok = f.directed() - unroutable(f)
+    isl = next(d for d in f.uplinks("ib-leaf2") if (d[1], d[0]) in ok and d in ok)
+    iso, _ = _sim(f, {isl, (isl[1], isl[0])})
+    assert iso.summary(f).startswith(
+        f"bad: ISL {isl[0][0]}:{isl[0][1]}<>{isl[1][0]}:{isl[1][1]} (both directions: the cable or either"
+    )
 
 
 def test_two_faults_never_give_a_wrong_name():
