@@ -15,21 +15,22 @@ port, uplink and destination for an ISL), probes of a round sharing no directed 
 that fails names its suspect; one that passes clears it. When no such probe exists the probe with
 the fewest unproven cables is used, and the next round splits what it left.
 
-**Worst case, one bad directed cable, two-tier tree (proof).** After a coverage schedule every
-cable other than the bad one, f, was crossed by some test. Let t0 be a failed test (it crosses
-f). Cables crossed by a passing test are proven; the unproven ones lie on failed tests, and every
-failed test crosses f. (i) If f is a host link of port a, its probe is a test between a and a
-proven port on the same leaf (or, with a single port on the leaf, through a proven uplink): all
-other cables proven, so round 1 names f. (ii) If f is an ISL, the host links of t0 were proven by
-the host tests of the coverage rounds (same-leaf rings, and every port is both client and server
-there) unless their only test was t0; a probe of f from another proven port of the source leaf to
-another proven destination it routes over f has only f unproven. The other suspects of t0 (at
-most 3: the host links and the other ISL of a cross-leaf path) each get a probe in the same round
-through cables that passed. So a single bad cable is named in **at most 2 extra rounds** (1 in the
-cases above; 2 when a suspect's only probes cross another suspect, e.g. a leaf with a single port,
-or D-mod-k routing only one destination over an ISL), independent of the number of hosts:
-:data:`WORST_ROUNDS_ONE_FAULT`. tests/unit/verify/test_isolate.py checks it for every directed
-cable of a 4-leaf, 2-spine, 16-host tree, and bench/coverage_sim.py on 256 to 4,096 hosts.
+**Worst case, one bad directed cable f, two-tier tree: 2 extra rounds**
+(:data:`WORST_ROUNDS_ONE_FAULT`, independent of the number of hosts). Argument: every test that
+does not cross f passes, so after the coverage rounds the only unproven cables lie on failed tests,
+each a path of at most 4 cables through f (host up, up ISL, down ISL, host down). Round 1 gives
+every suspect a probe; a probe that does not cross f passes and clears its suspect (and every other
+cable on it), so after round 1 the open suspects are f and the suspects whose probe crossed f. In
+round 1 already, f's own probe has every other cable proven, and f is named, whenever such a probe
+exists: for a host link, a test with another port of the same leaf that passed a test not crossing
+f; for an ISL, a test from another port of its source leaf to another destination D-mod-k routes
+over f, whose other cables carried a passing test. Otherwise round 2 probes f through the cables
+the passing round-1 probes proved (they touch f's leaf pair and spine only, hence no dependence on
+N). Where no probe can separate two suspects (a leaf with a single port whose every route shares
+one spine link, say), the result is an ambiguity listing them -- never more rounds than
+``max_rounds`` and never a wrong name. Checked exhaustively (every directed cable) on the lab's
+4-leaf/2-spine shapes at 8, 16 and 32 hosts and two more 16-host trees
+(tests/unit/verify/test_isolate.py), and by bench/coverage_sim.py at 256 to 4,096 hosts (worst 2).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fabricops.model.fabric import DirLink, Fabric, Port, dirlink_str
+from fabricops.model.fabric import DirLink, Fabric
 from fabricops.verify.coverage import Test, _cross_table, roce_qps
 
 __all__ = ["WORST_ROUNDS_ONE_FAULT", "Bundle", "Isolation", "Oracle", "isolate", "name", "names"]
@@ -258,10 +259,3 @@ def isolate(
     out.suspects = list(dict.fromkeys(open_left))
     return out
 
-
-def dirlinks_str(links: Iterable[DirLink]) -> list[str]:
-    return sorted(dirlink_str(d) for d in links)
-
-
-def probe_ports(t: Test) -> tuple[Port, Port]:
-    return t.src, t.dst
