@@ -258,4 +258,3 @@ def isolate(
             open_left.extend(left)
     out.suspects = list(dict.fromkeys(open_left))
     return out
-
