@@ -26,9 +26,11 @@ from fabricops.verify.hostchecks import GPU_CHECKS, HOST_CHECKS
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "verify",
-        help="prove the fabric works: hosts, GPUs, and every pair of hosts per rail",
+        help="prove the fabric works: hosts, GPUs, and every cable of every rail",
         description="Run the host and GPU checks on every host of the inventory, then ib_write_bw and "
-        "ib_write_lat between every pair of hosts per rail in parallel rounds. Exit 0 only when every "
+        "ib_write_lat in parallel rounds that cross every cable of the fabric (host links and ISLs, "
+        "each direction; --all-pairs: every pair of hosts per rail), naming a bad cable. "
+        "Exit 0 only when every "
         "check passed on every host; 1 a check failed; 4 could not run (no hosts, unreachable, unreadable "
         "inventory or baseline); 5 the baseline is not a verify report; 2 usage error (docs/cli.md).",
     )
