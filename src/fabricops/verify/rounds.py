@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import FabricopsError, ParseError
+from fabricops.model import rates
 from fabricops.model.fabric import DirLink, Fabric, dirlink_str, natural
 from fabricops.parsers import parse
 from fabricops.verify import coverage, isolate, pairs
@@ -141,10 +142,33 @@ def plan_fabrics(
             },
             tos=r0.tos,
         )
+        cap = roce_capacity(f, switch_links or [], merged.rate_gbps) if f.roce else 1
         out.append(
-            FabricPlan(f, merged, coverage.schedule(f), coverage.lower_bound(f), coverage.unroutable(f))
+            FabricPlan(
+                f, merged, coverage.schedule(f, capacity=cap), coverage.lower_bound(f), coverage.unroutable(f)
+            )
         )
     return out, ""
+
+
+def roce_capacity(f: Fabric, switch_links: Sequence[Mapping[str, Any]], host_gbps: float) -> int:
+    """Cross-leaf RoCE tests a leaf may send (and receive) per round: with unknown ECMP paths every
+    QP of every test may hash onto one uplink, so only as many tests as one uplink carries at full
+    rate: ``floor(slowest ISL / host port)`` when every ISL of the fabric has a ``speed``, else 1."""
+    mine = {c.a for c in f.cables if c.kind == "isl"} | {c.b for c in f.cables if c.kind == "isl"}
+    speeds = []
+    for e in switch_links:
+        if not isinstance(e, Mapping) or (str(e.get("switch_a")), str(e.get("port_a"))) not in mine:
+            continue
+        if not e.get("speed"):
+            return 1
+        try:
+            speeds.append(float(rates.port_rate("Ethernet", str(e["speed"]))))
+        except (ValueError, KeyError):
+            return 1
+    if not speeds or not host_gbps:
+        return 1
+    return max(1, int(min(speeds) // host_gbps))
 
 
 def _run_round(

@@ -298,3 +298,23 @@ def test_roce_isl_out_of_the_ecmp_group_is_a_failure_naming_it():
     bad = [r for r in cr.results if not r.ok]
     assert [r.message.split(" carried")[0] for r in bad] == [f"rail mlx5_1/1: ISL {dirlink_str(dead)}"]
     assert cr.rounds > len(plans[0].rounds)  # follow-up rounds were run for it
+
+
+def test_roce_capacity_two_tests_per_leaf_only_when_an_uplink_carries_two_ports():
+    from fabricops.verify import rounds
+
+    _hosts, cab, links, rail, _rng = _roce()
+    (plan,), _ = rounds.plan_fabrics([rail], cab, links, {})
+    assert rounds.roce_capacity(plan.fabric, links, 400.0) == 1  # no ISL speed: one test per leaf
+    fast = [dict(x, speed="800GbE") for x in links]
+    assert rounds.roce_capacity(plan.fabric, fast, 400.0) == 2
+    assert rounds.roce_capacity(plan.fabric, [*fast[:-1], dict(links[-1], speed="400GbE")], 400.0) == 1
+    (plan2,), _ = rounds.plan_fabrics([rail], cab, fast, {})
+    per_round = [
+        max(
+            sum(1 for t in rnd if plan2.fabric.leaf_of(t.src) == leaf != plan2.fabric.leaf_of(t.dst))
+            for leaf in plan2.fabric.leaves
+        )
+        for rnd in plan2.rounds
+    ]
+    assert max(per_round) <= 2
