@@ -26,9 +26,11 @@ from fabricops.verify.hostchecks import GPU_CHECKS, HOST_CHECKS
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "verify",
-        help="prove the fabric works: hosts, GPUs, and every pair of hosts per rail",
+        help="prove the fabric works: hosts, GPUs, and every cable of every rail",
         description="Run the host and GPU checks on every host of the inventory, then ib_write_bw and "
-        "ib_write_lat between every pair of hosts per rail in parallel rounds. Exit 0 only when every "
+        "ib_write_lat in parallel rounds that cross every cable of the fabric (host links and ISLs, "
+        "each direction; --all-pairs: every pair of hosts per rail), naming a bad cable. "
+        "Exit 0 only when every "
         "check passed on every host; 1 a check failed; 4 could not run (no hosts, unreachable, unreadable "
         "inventory or baseline); 5 the baseline is not a verify report; 2 usage error (docs/cli.md).",
     )
@@ -52,6 +54,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--serial", action="store_true", help="pairwise tests one at a time (for comparison)")
     p.add_argument("--no-rerun", action="store_true", help="do not re-run failed pairs alone")
+    p.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="test every pair of hosts per rail (N-1 rounds) instead of the coverage schedule, which "
+        "proves every cable of the fabric in the fewest rounds when the inventory describes it",
+    )
     p.set_defaults(func=cmd_verify)
 
 
@@ -147,6 +155,7 @@ def cmd_verify(args) -> int:
         skip=args.skip,
         serial=args.serial,
         rerun=not args.no_rerun,
+        all_pairs=args.all_pairs,
         progress=out.line,
         counter_baseline=baseline,
     )

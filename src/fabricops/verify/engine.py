@@ -36,6 +36,10 @@ class Options:
     #: host -> device -> {counter: value}: error counters are judged by their increase since then
     counter_baseline: Mapping[str, dict[str, dict[str, int]]] | None = None
     progress: Callable[[str], None] | None = None
+    #: test every pair per rail (circle method) instead of the coverage schedule
+    all_pairs: bool = False
+    #: RoCE ISL byte counters (fabricops.verify.rounds.CounterFn): ISL coverage is observed from them
+    isl_counters: Callable[..., Any] | None = None
 
 
 @dataclass
@@ -121,7 +125,7 @@ def verify(
     vr.host_phase_s = time.monotonic() - th
 
     if opts.only in (None, "pairs"):
-        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader)
+        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader, hostvars)
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
@@ -162,7 +166,7 @@ def _rail_rate(
 
 
 def plan_rails(
-    expects: Mapping[str, HostExpect], raws: Mapping[str, Mapping[str, Any]]
+    expects: Mapping[str, HostExpect], raws: Mapping[str, Mapping[str, Any]], by_switch: bool = True
 ) -> tuple[list[pairs.Rail], list[CheckResult]]:
     """Every cabled HCA port, InfiniBand and RoCE, grouped into rails: the same HCA port on the same
     switch. RoCE rails carry each host's RoCE data address (cabling ``address``,
@@ -189,7 +193,7 @@ def plan_rails(
                     "ibstat does not list it): cannot plan its rail (failing closed)",
                 )
                 continue
-            key = (p.hca, p.port, p.switch)
+            key = (p.hca, p.port, p.switch if by_switch else None)
             groups.setdefault(key, {})[h] = p
             layers.setdefault(key, layer)
     tos = None
@@ -406,7 +410,7 @@ def _isl_ends(
 
 
 def _pair_phase(
-    run, expects, raws, vr: VerifyRun, opts: Options, say, reader: ReadFn | None = None
+    run, expects, raws, vr: VerifyRun, opts: Options, say, reader: ReadFn | None = None, hostvars=None
 ) -> pairs.PairRun | None:
     names = list(expects)
     if len(names) < 2:
@@ -435,6 +439,10 @@ def _pair_phase(
         )
         return None
     rails, errors = plan_rails(expects, raws)
+    if not opts.all_pairs:
+        cov = _coverage_phase(run, expects, raws, vr, opts, say, reader, hostvars or {})
+        if cov is not None:
+            return cov
     vr.results.extend(errors)
     if not rails:
         vr.results.append(
@@ -465,5 +473,44 @@ def _pair_phase(
     )
     pairs.annotate(pr.results, vr.results, n_hosts=len(names))
     explain_roce(pr.results, rails, vr.results, reader)
+    vr.results.extend(pr.results)
+    return pr
+
+
+def _coverage_phase(run, expects, raws, vr: VerifyRun, opts: Options, say, reader, hostvars):
+    """The coverage schedule (fabricops.verify.rounds) when the inventory describes the fabric;
+    None (all-pairs) when it does not. Its rails are the HCA ports of one fabric, whatever leaf
+    they are on (a two-tier fabric is one rail, not one per leaf)."""
+    from fabricops.verify import rounds
+
+    names = list(expects)
+    rails, errors = plan_rails(expects, raws, by_switch=False)
+    if not rails:
+        return None
+    hv = next((hostvars.get(h) or {} for h in names if (hostvars.get(h) or {}).get("fabricops_cabling")), {})
+    plans, why = rounds.plan_fabrics(
+        rails, hv.get("fabricops_cabling"), hv.get("fabricops_switch_links"), rounds.lids_from_raws(raws)
+    )
+    if not plans:
+        say(f"all pairs (circle method): {why}")
+        return None
+    vr.results.extend(errors)
+    for p in plans:
+        say(
+            f"coverage: rail {p.rail.name}, {p.fabric.describe()}: {len(p.rounds)} rounds "
+            f"(lower bound {p.lower_bound}; all pairs: {len(pairs.plan(sorted(p.rail.devices), [p.rail]))})"
+        )
+    exp0 = expects[names[0]]
+    pr = rounds.run_coverage(
+        run,
+        plans,
+        exp0.profile,
+        exp0.perftest,
+        progress=say,
+        serial=opts.serial,
+        rerun=opts.rerun,
+        counters=opts.isl_counters,
+    )
+    explain_roce(pr.results, pr.rails, vr.results, reader)
     vr.results.extend(pr.results)
     return pr

@@ -75,6 +75,7 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
             "rerun_wall_s": round(pr.rerun_wall_s, 3),
             "wall_s": round(pr.wall_s, 3),
             "reruns": pr.reruns,
+            **_coverage_data(pr),
             "rails": [
                 {
                     "index": r.index,
@@ -94,6 +95,21 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
             for (h, rail), peers in sorted(blame(run.results).items())
         ],
         "results": [r.to_data() for r in run.results],
+    }
+
+
+def _coverage_data(pr: Any) -> dict[str, Any]:
+    """The coverage schedule's figures (fabricops.verify.rounds.CoverageRun); all-pairs: mode only."""
+    if getattr(pr, "mode", "all-pairs") != "coverage":
+        return {"mode": "all-pairs"}
+    return {
+        "mode": "coverage",
+        "lower_bound": pr.lower_bound,
+        "links_covered": pr.links_covered,
+        "links_total": pr.links_total,
+        "isolation_rounds": pr.isolation_rounds,
+        "findings": list(pr.findings),
+        "fabrics": list(pr.fabrics),
     }
 
 
@@ -220,6 +236,19 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
         out.append(f"{h:<{width}}  " + "  ".join(cells) + f"  {verdict}")
     pr = run.pairs
     pair_rs = [r for r in run.results if r.category == "pairs" and r.check in ("ib_write_bw", "ib_write_lat")]
+    if pr is not None and getattr(pr, "mode", "") == "coverage":
+        out += [
+            "",
+            f"COVERAGE ({pr.rounds} rounds, lower bound {pr.lower_bound}; links covered "
+            f"{pr.links_covered}/{pr.links_total}; {pr.isolation_rounds} isolation rounds; "
+            f"{pr.wall_s:.1f} s; {pr.reruns} re-run alone)",
+        ]
+        for fab in pr.fabrics:
+            out.append(
+                f"  rail {fab['name']}: {fab['fabric']}: {fab['rounds']} rounds (lower bound "
+                f"{fab['lower_bound']}), links covered {fab['links_covered']}/{fab['links_total']}"
+            )
+        out += [f"  isolation: {f}" for f in pr.findings]
     if pr is not None:
         out += ["", f"PAIRS ({pr.rounds} rounds, {pr.wall_s:.1f} s; {pr.reruns} re-run alone)"]
         rows: dict[tuple[str, str], dict[str, CheckResult]] = defaultdict(dict)
