@@ -204,7 +204,10 @@ class Subnet:
                 continue
             self.cables.append(ln)
         self.isls = [i for i in self.isls if i["switch_a"] in in_subnet]
-        # switch LIDs: the first switch (the SM's) 1, the others after the hosts' LIDs
+        # switch LIDs: the first leaf (by name; the lab's SM switch, hosts' SM lid 1) 1, the others
+        # after the hosts' LIDs; the same numbering from whichever host runs the tool
+        leaves = {ln["switch"] for ln in ib_links}
+        self.switches.sort(key=lambda s: (s not in leaves, _natural(s)))
         top = max([1, *self.lid.values()])
         self.switch_lid = {s: (1 if k == 0 else top + k) for k, s in enumerate(self.switches)}
 
