@@ -16,8 +16,20 @@ from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.parsers import parse
 from fabricops.verify import cabling
 
-LAYERS = {"ib-sw1": "InfiniBand", "ib-spine1": "InfiniBand", "leaf-onyx": "Ethernet", "leaf-cumulus": "Ethernet"}
-ISL = {"switch_a": "ib-sw1", "port_a": "33", "switch_b": "ib-spine1", "port_b": "1", "speed": "NDR", "width": "4X"}
+LAYERS = {
+    "ib-sw1": "InfiniBand",
+    "ib-spine1": "InfiniBand",
+    "leaf-onyx": "Ethernet",
+    "leaf-cumulus": "Ethernet",
+}
+ISL = {
+    "switch_a": "ib-sw1",
+    "port_a": "33",
+    "switch_b": "ib-spine1",
+    "port_b": "1",
+    "speed": "NDR",
+    "width": "4X",
+}
 
 
 def _run(tool: str, *argv: str) -> tuple[int, str, str]:
@@ -48,12 +60,20 @@ def rack(tmp_path, monkeypatch):
     (fab / "cabling.json").write_text(json.dumps(cab))
     for s in [*topo["switches"], {"name": "ib-spine1", "os": "ib", "ports": [str(n) for n in range(1, 65)]}]:
         (fab / "switches" / f"{s['name']}.json").write_text(
-            json.dumps({"name": s["name"], "os": s["os"], "ports": {str(p): {"link": "up"} for p in s["ports"]}}))
+            json.dumps(
+                {"name": s["name"], "os": s["os"], "ports": {str(p): {"link": "up"} for p in s["ports"]}}
+            )
+        )
     (root / "usr/share/emulated-ofed").mkdir(parents=True)
     (root / "usr/share/emulated-ofed/release").write_text("MLNX_OFED_LINUX-24.10-1.1.4.0\n")
     (root / "var/lib/emulated-hw/hardware.json").write_text(json.dumps(hw))
     hwctl.sync(mount=False)
-    lab = {"name": topo["name"], "topology": topo, "hosts": {h["name"]: {} for h in topo["hosts"]}, "switches": {}}
+    lab = {
+        "name": topo["name"],
+        "topology": topo,
+        "hosts": {h["name"]: {} for h in topo["hosts"]},
+        "switches": {},
+    }
     return {"topo": topo, "hw": hw, "fab": fab, "lab": lab, "cabling": cab}
 
 
@@ -80,7 +100,7 @@ def test_ib_discovery_round_trips_to_every_planned_cable(rack, tool):
 
 def test_ibnetdiscover_lids_and_guids_are_the_hosts_own(rack):
     """Other hosts' LIDs and node GUIDs follow hardware.lids / node_guid: what their ibstat says."""
-    rc, out, _ = _run("ibnetdiscover")
+    _rc, out, _ = _run("ibnetdiscover")
     topo = parse("ibnetdiscover", out)
     lids = hardware.lids(rack["topo"])
     for h in rack["topo"]["hosts"]:
@@ -100,8 +120,10 @@ def test_swapped_cable_fault_is_named_by_every_tool(rack):
     faults.inject("gpu02", "swapped-cable", ["ibp26s0", "ibp60s0"], lab=rack["lab"])
     for tool in ("ibnetdiscover", "iblinkinfo"):
         bad = [r.message for r in _ib_check(rack, tool) if not r.ok]
-        assert bad == ["gpu02 mlx5_0 is on ib-sw1 4, planned ib-sw1 3",
-                       "gpu02 mlx5_1 is on ib-sw1 3, planned ib-sw1 4"], tool
+        assert bad == [
+            "gpu02 mlx5_0 is on ib-sw1 4, planned ib-sw1 3",
+            "gpu02 mlx5_1 is on ib-sw1 3, planned ib-sw1 4",
+        ], tool
     faults.clear("gpu02", lab=rack["lab"])
     assert not (rack["fab"] / fabricdisc.OVERRIDE).exists()
     assert all(r.ok for r in _ib_check(rack))
@@ -120,8 +142,12 @@ def test_swapped_ethernet_cables_across_hosts_show_in_lldpctl_and_the_switches(r
     bad = [r.message for r in cabling.compare(eth_gpu01, [obs], planned) if not r.ok]
     assert bad == ["gpu01 mlx5_2 is on leaf-onyx Eth1/2, planned leaf-onyx Eth1/1"]
     # the switch's own view, through the emulated Onyx CLI and the product's reader
-    sw = OnyxSwitch("leaf-onyx", [f"Eth1/{n}" for n in range(1, 5)], tmp_path / "st",
-                    rack["fab"] / "switches" / "leaf-onyx.json")
+    sw = OnyxSwitch(
+        "leaf-onyx",
+        [f"Eth1/{n}" for n in range(1, 5)],
+        tmp_path / "st",
+        rack["fab"] / "switches" / "leaf-onyx.json",
+    )
     sess = OnyxSession(sw)
     for line in ("no cli session paging enable", "enable"):
         sess.handle(line)
@@ -135,17 +161,31 @@ def test_swapped_ethernet_cables_across_hosts_show_in_lldpctl_and_the_switches(r
     seen = cabling.read_lldp(Conn(), "onyx", ["Eth1/1", "Eth1/2", "Eth1/3"], normalize_ports)
     assert seen["Eth1/1"].system_name == "gpu02" and seen["Eth1/1"].port_name == "enp170s0f0np0"
     assert seen["Eth1/2"].system_name == "gpu01" and seen["Eth1/3"].system_name == "gpu03"
-    sobs = cabling._read_switch(cabling._named(lambda s, p: seen, names), "leaf-onyx",
-                                [c for c in planned if c.layer == "Ethernet"], names, [])
-    msgs = [r.message for r in cabling.compare([c for c in planned if c.b.node == "leaf-onyx"], [sobs], planned)
-            if not r.ok]
-    assert msgs[:2] == ["leaf-onyx Eth1/1 has gpu02 mlx5_2, planned gpu01 mlx5_2",
-                        "leaf-onyx Eth1/2 has gpu01 mlx5_2, planned gpu02 mlx5_2"]
+    sobs = cabling._read_switch(
+        cabling._named(lambda s, p: seen, names),
+        "leaf-onyx",
+        [c for c in planned if c.layer == "Ethernet"],
+        names,
+        [],
+    )
+    msgs = [
+        r.message
+        for r in cabling.compare([c for c in planned if c.b.node == "leaf-onyx"], [sobs], planned)
+        if not r.ok
+    ]
+    assert msgs[:2] == [
+        "leaf-onyx Eth1/1 has gpu02 mlx5_2, planned gpu01 mlx5_2",
+        "leaf-onyx Eth1/2 has gpu01 mlx5_2, planned gpu02 mlx5_2",
+    ]
 
 
 def test_nvue_lldp_neighbor_table_reparses(rack, tmp_path):
-    sw = NvueSwitch("leaf-cumulus", [f"swp{n}" for n in range(1, 5)], tmp_path / "nv",
-                    rack["fab"] / "switches" / "leaf-cumulus.json")
+    sw = NvueSwitch(
+        "leaf-cumulus",
+        [f"swp{n}" for n in range(1, 5)],
+        tmp_path / "nv",
+        rack["fab"] / "switches" / "leaf-cumulus.json",
+    )
     sess = NvueSession(sw)
     out, _ = sess.handle("nv show interface swp3 lldp neighbor")
     rows = parse("nvue-lldp-neighbor", out).neighbors
@@ -160,11 +200,10 @@ def test_switch_port_down_removes_the_cable(rack):
     data["ports"]["5"]["link"] = "down"  # gpu03 mlx5_0
     f.write_text(json.dumps(data))
     bad = sorted(r.message for r in _ib_check(rack) if not r.ok)
-    assert bad == [
-        "gpu03 mlx5_0 has no neighbour (ibnetdiscover on gpu01), planned ib-sw1 5: cable missing or link down",
-        "ib-sw1 33 has no neighbour (ibnetdiscover on gpu01), planned ib-spine1 1: cable missing or link down",
-    ]
-    rc, out, _ = _run("iblinkinfo")
+    why = "(ibnetdiscover on gpu01), planned {}: cable missing or link down"
+    assert bad == [f"gpu03 mlx5_0 has no neighbour {why.format('ib-sw1 5')}",
+                   f"ib-sw1 33 has no neighbour {why.format('ib-spine1 1')}"]
+    _rc, out, _ = _run("iblinkinfo")
     assert '      1   33[  ] ==(                Down/Disabled)==>             [  ] "" ( )' in out
 
 
