@@ -188,6 +188,10 @@ def observe_ib(text: str, tool: str, names: Names, source: str) -> Observed:
                     obs.peers.setdefault(local.end, None)
                     continue
                 obs.peers[local.end] = names.ib_node(p.peer_desc, p.peer_port or 0)
+    # a cable line names both ends: the far end sees this one (a CA block missing, a port not listed)
+    for local, peer in list(obs.peers.items()):
+        if peer is not None and peer.end is not None:
+            obs.peers.setdefault(peer.end, Peer(local))
     return obs
 
 
@@ -402,7 +406,9 @@ def _read_ib(
 def _read_lldpctl(
     run: RunFn, host: str, cables: Sequence[Cable], names: Names, timeout: float, out: list[CheckResult]
 ) -> Observed | None:
-    netdevs = {c.netdev: c.a for c in cables if c.kind == "host" and c.a.node == host and c.netdev}
+    netdevs = {
+        c.netdev: c.a for c in cables if c.kind == "host" and c.layer == "Ethernet" and c.a.node == host and c.netdev
+    }
     res = run(host, LLDP_COMMAND, timeout)
     if res.get("rc") == 127 or "command not found" in (res.get("stderr") or ""):
         out.append(
