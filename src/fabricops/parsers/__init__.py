@@ -52,7 +52,6 @@ PARSERS: dict[str, str] = {
     "nvue-qos-roce": "fabricops.parsers.nvue:parse_qos_roce",
     "nvue-config-diff": "fabricops.parsers.nvue:parse_config_diff",
     "nvue-lldp-neighbor": "fabricops.parsers.lldp:parse_nvue_neighbor",
-    "onyx-lldp-remote": "fabricops.parsers.lldp:parse_onyx_remote",
 }
 
 

@@ -407,7 +407,9 @@ def _read_lldpctl(
     run: RunFn, host: str, cables: Sequence[Cable], names: Names, timeout: float, out: list[CheckResult]
 ) -> Observed | None:
     netdevs = {
-        c.netdev: c.a for c in cables if c.kind == "host" and c.layer == "Ethernet" and c.a.node == host and c.netdev
+        c.netdev: c.a
+        for c in cables
+        if c.kind == "host" and c.layer == "Ethernet" and c.a.node == host and c.netdev
     }
     res = run(host, LLDP_COMMAND, timeout)
     if res.get("rc") == 127 or "command not found" in (res.get("stderr") or ""):

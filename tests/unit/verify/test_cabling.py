@@ -11,11 +11,46 @@ from fabricops.verify.cabling import End, Observed, Peer
 
 LAYERS = {"leaf2": "Ethernet", "spine1": "Ethernet", "ib-leaf1": "InfiniBand", "ib-spine1": "InfiniBand"}
 CABLING = [
-    {"host": "gpu07", "netdev": "enp1s0", "hca": "mlx5_3", "port": 1, "switch": "leaf2", "switch_port": "swp11"},
-    {"host": "gpu07", "netdev": "enp2s0", "hca": "mlx5_4", "port": 1, "switch": "leaf2", "switch_port": "swp9"},
-    {"host": "gpu08", "netdev": "enp1s0", "hca": "mlx5_3", "port": 1, "switch": "leaf2", "switch_port": "swp12"},
-    {"host": "gpu07", "netdev": "ibp26s0", "hca": "mlx5_0", "port": 1, "switch": "ib-leaf1", "switch_port": "3"},
-    {"host": "gpu08", "netdev": "ibp26s0", "hca": "mlx5_0", "port": 1, "switch": "ib-leaf1", "switch_port": "4"},
+    {
+        "host": "gpu07",
+        "netdev": "enp1s0",
+        "hca": "mlx5_3",
+        "port": 1,
+        "switch": "leaf2",
+        "switch_port": "swp11",
+    },
+    {
+        "host": "gpu07",
+        "netdev": "enp2s0",
+        "hca": "mlx5_4",
+        "port": 1,
+        "switch": "leaf2",
+        "switch_port": "swp9",
+    },
+    {
+        "host": "gpu08",
+        "netdev": "enp1s0",
+        "hca": "mlx5_3",
+        "port": 1,
+        "switch": "leaf2",
+        "switch_port": "swp12",
+    },
+    {
+        "host": "gpu07",
+        "netdev": "ibp26s0",
+        "hca": "mlx5_0",
+        "port": 1,
+        "switch": "ib-leaf1",
+        "switch_port": "3",
+    },
+    {
+        "host": "gpu08",
+        "netdev": "ibp26s0",
+        "hca": "mlx5_0",
+        "port": 1,
+        "switch": "ib-leaf1",
+        "switch_port": "4",
+    },
 ]
 LINKS = [
     {"switch_a": "leaf2", "port_a": "swp31", "switch_b": "spine1", "port_b": "swp1"},
@@ -41,8 +76,10 @@ def test_swapped_cable_is_one_sentence_per_port():
     obs = _host_view({("gpu07", "mlx5_3", 1): ("leaf2", "swp9"), ("gpu07", "mlx5_4", 1): ("leaf2", "swp11")})
     res = cabling.compare(planned, [obs])
     bad = [r for r in res if not r.ok]
-    assert [r.message for r in bad] == ["gpu07 mlx5_3 is on leaf2 swp9, planned leaf2 swp11",
-                                        "gpu07 mlx5_4 is on leaf2 swp11, planned leaf2 swp9"]
+    assert [r.message for r in bad] == [
+        "gpu07 mlx5_3 is on leaf2 swp9, planned leaf2 swp11",
+        "gpu07 mlx5_4 is on leaf2 swp11, planned leaf2 swp9",
+    ]
     assert bad[0].status == "fail" and bad[0].category == "cabling" and bad[0].host == "gpu07"
     assert bad[0].measured == "leaf2 swp9" and bad[0].threshold == "leaf2 swp11"
     # only the cables a source could see have a result: gpu08's and the ISLs are not judged here
@@ -54,8 +91,9 @@ def test_matching_cables_pass_and_missing_ones_fail():
     obs = _host_view({("gpu07", "mlx5_3", 1): ("leaf2", "swp11"), ("gpu07", "mlx5_4", 1): None})
     res = {r.device: r for r in cabling.compare(planned, [obs])}
     assert res["mlx5_3"].ok and res["mlx5_3"].message == "gpu07 mlx5_3 <-> leaf2 swp11 as planned"
-    assert res["mlx5_4"].message == ("gpu07 mlx5_4 has no neighbour (lldpctl on gpu07), planned leaf2 swp9: "
-                                     "cable missing or link down")
+    assert res["mlx5_4"].message == (
+        "gpu07 mlx5_4 has no neighbour (lldpctl on gpu07), planned leaf2 swp9: cable missing or link down"
+    )
 
 
 def test_switch_side_names_the_host_it_sees():
@@ -68,9 +106,11 @@ def test_switch_side_names_the_host_it_sees():
     obs.peers[End("leaf2", "swp31")] = Peer(None, "core9 port Ethernet1")
     obs.peers[End("leaf2", "swp9")] = Peer(End("gpu07", "mlx5_4", 1))
     msgs = sorted(r.message for r in cabling.compare(planned, [obs]) if not r.ok)
-    assert msgs == ["leaf2 swp11 has gpu08 mlx5_3, planned gpu07 mlx5_3",
-                    "leaf2 swp12 has gpu07 mlx5_3, planned gpu08 mlx5_3",
-                    "leaf2 swp31 is on an unknown device (core9 port Ethernet1), planned spine1 swp1"]
+    assert msgs == [
+        "leaf2 swp11 has gpu08 mlx5_3, planned gpu07 mlx5_3",
+        "leaf2 swp12 has gpu07 mlx5_3, planned gpu08 mlx5_3",
+        "leaf2 swp31 is on an unknown device (core9 port Ethernet1), planned spine1 swp1",
+    ]
 
 
 def test_unplanned_cables_are_reported_once():
@@ -115,7 +155,7 @@ Switch\t64 "S-fc6a1c0300000002"\t\t# "MF0;ib-spine1:MQM9700/U1" enhanced port 0 
 """
 KV = {
     "gpu07": "lldp.enp1s0.chassis.name=leaf2\nlldp.enp1s0.port.ifname=swp11\n"
-             "lldp.enp2s0.chassis.name=leaf2\nlldp.enp2s0.port.ifname=swp9\n",
+    "lldp.enp2s0.chassis.name=leaf2\nlldp.enp2s0.port.ifname=swp9\n",
     "gpu08": "lldp.enp1s0.chassis.name=leaf2\nlldp.enp1s0.port.ifname=swp12\n",
 }
 
@@ -144,18 +184,24 @@ def _hv():
 def test_phase_runs_one_ib_read_per_fabric_and_lldpctl_per_host():
     run = FakeRun()
     res = cabling.phase(run, ["gpu07", "gpu08"], _hv(), LAYERS)
-    assert sorted(run.calls) == [("gpu07", "ibnetdiscover"), ("gpu07", cabling.LLDP_COMMAND),
-                                 ("gpu08", cabling.LLDP_COMMAND)]
+    assert sorted(run.calls) == [
+        ("gpu07", "ibnetdiscover"),
+        ("gpu07", cabling.LLDP_COMMAND),
+        ("gpu08", cabling.LLDP_COMMAND),
+    ]
     # IB: 2 host cables + the ISL; Ethernet: 3 host cables (the Ethernet ISL has no reader: no result)
     assert [r.status for r in res] == ["pass"] * 6, [r.message for r in res]
 
 
 def test_phase_with_switch_lldp_checks_the_ethernet_isl_too():
-    seen = {"swp9": LldpNeighbor("swp9", "gpu07", port_id="02:00:00:00:00:01", port_id_type="mac",
-                                 port_descr="enp2s0"),
-            "swp11": LldpNeighbor("swp11", "gpu07", port_descr="enp1s0", port_id_type="mac"),
-            "swp12": LldpNeighbor("swp12", "gpu08", port_descr="enp1s0", port_id_type="mac"),
-            "swp31": LldpNeighbor("swp31", "spine1", port_id="swp2", port_id_type="ifname")}
+    seen = {
+        "swp9": LldpNeighbor(
+            "swp9", "gpu07", port_id="02:00:00:00:00:01", port_id_type="mac", port_descr="enp2s0"
+        ),
+        "swp11": LldpNeighbor("swp11", "gpu07", port_descr="enp1s0", port_id_type="mac"),
+        "swp12": LldpNeighbor("swp12", "gpu08", port_descr="enp1s0", port_id_type="mac"),
+        "swp31": LldpNeighbor("swp31", "spine1", port_id="swp2", port_id_type="ifname"),
+    }
     asked = []
 
     def read(switch, ports):
@@ -168,17 +214,26 @@ def test_phase_with_switch_lldp_checks_the_ethernet_isl_too():
     assert asked == [("leaf2", ["swp11", "swp12", "swp31", "swp9"]), ("spine1", ["swp1"])]
     bad = [(r.status, r.message) for r in res if not r.ok]
     assert bad == [
-        ("error", "spine1: LLDP not read (spine1 unreachable over SSH); its ports are checked from the hosts' "
-                  "side only"),
+        (
+            "error",
+            "spine1: LLDP not read (spine1 unreachable over SSH); its ports are checked from the hosts' "
+            "side only",
+        ),
         ("fail", "leaf2 swp31 is on spine1 swp2, planned spine1 swp1"),
     ]
 
 
-@pytest.mark.parametrize(("answer", "why"), [
-    ({"rc": 1, "stdout": "", "stderr": "lldpctl: unable to connect to lldpd daemon"}, "is lldpd running?"),
-    ({"rc": 127, "stdout": "", "stderr": "lldpctl: command not found"}, "install lldpd"),
-    ({"rc": 0, "stdout": "Interface: enp1s0, via: LLDP\n", "stderr": ""}, "not a 'lldp.' key"),
-])
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (
+            {"rc": 1, "stdout": "", "stderr": "lldpctl: unable to connect to lldpd daemon"},
+            "is lldpd running?",
+        ),
+        ({"rc": 127, "stdout": "", "stderr": "lldpctl: command not found"}, "install lldpd"),
+        ({"rc": 0, "stdout": "Interface: enp1s0, via: LLDP\n", "stderr": ""}, "not a 'lldp.' key"),
+    ],
+)
 def test_unreadable_lldp_is_an_error_and_its_cables_are_not_passed(answer, why):
     run = FakeRun({("gpu08", cabling.LLDP_COMMAND): answer})
     res = cabling.phase(run, ["gpu07", "gpu08"], _hv(), LAYERS)
@@ -196,29 +251,44 @@ def test_unreadable_ibnetdiscover_tries_the_next_host_then_fails_closed():
     run = FakeRun({("gpu07", "ibnetdiscover"): bad, ("gpu08", "ibnetdiscover"): bad})
     res = cabling.phase(run, ["gpu07", "gpu08"], _hv(), LAYERS)
     [err] = [r for r in res if r.status == "error"]
-    assert err.message.startswith("InfiniBand fabric ib-leaf1, ib-spine1: cabling not read: gpu07: `ibnetdiscover` "
-                                  "failed: ibnetdiscover: iberror: failed: discover failed; gpu08:")
+    assert err.message.startswith(
+        "InfiniBand fabric ib-leaf1, ib-spine1: cabling not read: gpu07: `ibnetdiscover` "
+        "failed: ibnetdiscover: iberror: failed: discover failed; gpu08:"
+    )
 
 
 def test_iblinkinfo_is_the_fallback_when_ibnetdiscover_is_missing():
-    linkinfo = ('Switch: 0xfc6a1c0300000001 MF0;ib-leaf1:MQM9700/U1:\n'
-                '           1    3[  ] ==( 4X 106.25 Gbps Active/  LinkUp)==>       2    1[  ] "gpu07 mlx5_0" ( )\n'
-                '           1    4[  ] ==( 4X 106.25 Gbps Active/  LinkUp)==>       3    1[  ] "gpu08 mlx5_0" ( )\n'
-                '           1   33[  ] ==(                Down/ Polling)==>             [  ] "" ( )\n')
-    run = FakeRun({("gpu07", "ibnetdiscover"): {"rc": 127, "stdout": "", "stderr": "not found"},
-                   ("gpu07", "iblinkinfo"): {"rc": 0, "stdout": linkinfo, "stderr": ""}})
+    linkinfo = (
+        "Switch: 0xfc6a1c0300000001 MF0;ib-leaf1:MQM9700/U1:\n"
+        '           1    3[  ] ==( 4X 106.25 Gbps Active/  LinkUp)==>       2    1[  ] "gpu07 mlx5_0" ( )\n'
+        '           1    4[  ] ==( 4X 106.25 Gbps Active/  LinkUp)==>       3    1[  ] "gpu08 mlx5_0" ( )\n'
+        '           1   33[  ] ==(                Down/ Polling)==>             [  ] "" ( )\n'
+    )
+    run = FakeRun(
+        {
+            ("gpu07", "ibnetdiscover"): {"rc": 127, "stdout": "", "stderr": "not found"},
+            ("gpu07", "iblinkinfo"): {"rc": 0, "stdout": linkinfo, "stderr": ""},
+        }
+    )
     res = cabling.phase(run, ["gpu07", "gpu08"], _hv(), LAYERS)
     bad = [r.message for r in res if not r.ok]
-    assert bad == ["ib-leaf1 33 has no neighbour (iblinkinfo on gpu07), planned ib-spine1 1: cable missing or "
-                   "link down"]
+    assert bad == [
+        "ib-leaf1 33 has no neighbour (iblinkinfo on gpu07), planned ib-spine1 1: cable missing or link down"
+    ]
 
 
 def test_nothing_to_check_is_an_error():
     res = cabling.phase(FakeRun(), ["gpu01"], {"gpu01": {"fabricops_cabling": CABLING}}, LAYERS)
     assert [(r.status, r.message) for r in res] == [
-        ("error", "no cable to check: fabricops_cabling lists none of the verified hosts (failing closed)")]
-    everything_fails = FakeRun({(h, c): {"rc": 1, "stdout": "", "stderr": "boom"}
-                                for h in ("gpu07", "gpu08") for c in ("ibnetdiscover", cabling.LLDP_COMMAND)})
+        ("error", "no cable to check: fabricops_cabling lists none of the verified hosts (failing closed)")
+    ]
+    everything_fails = FakeRun(
+        {
+            (h, c): {"rc": 1, "stdout": "", "stderr": "boom"}
+            for h in ("gpu07", "gpu08")
+            for c in ("ibnetdiscover", cabling.LLDP_COMMAND)
+        }
+    )
     res = cabling.phase(everything_fails, ["gpu07", "gpu08"], _hv(), LAYERS)
     assert res[-1].status == "error" and res[-1].message.startswith("no cable checked (7 planned)")
     assert all(r.status == "error" for r in res)
@@ -236,6 +306,7 @@ def test_verify_runs_the_phase_and_skip_and_only_select_it(monkeypatch):
     engine.verify(run, ["gpu07"], hv, engine.Options())
     engine.verify(run, ["gpu07"], hv, engine.Options(skip=["cabling"]))
     engine.verify(run, ["gpu07"], hv, engine.Options(only="hosts"))
-    engine.verify(run, ["gpu07"], {"gpu07": {**hv["gpu07"], "fabricops_verify_skip": ["cabling"]}},
-                  engine.Options())
+    engine.verify(
+        run, ["gpu07"], {"gpu07": {**hv["gpu07"], "fabricops_verify_skip": ["cabling"]}}, engine.Options()
+    )
     assert calls == [["gpu07"], ["gpu07"]]
