@@ -230,3 +230,16 @@ def test_swapped_cable_requests_are_checked(rack):
     with pytest.raises(faults.FaultError, match="two different ports"):
         faults.inject("gpu01", "swapped-cable", ["ibp26s0", "ibp26s0"], lab=rack["lab"])
     assert faults.active() == [] and not (rack["fab"] / fabricdisc.OVERRIDE).exists()
+
+
+def test_discovery_tools_ship_where_the_real_ones_do(tmp_path):
+    """ibnetdiscover/iblinkinfo come with infiniband-diags (emulated MLNX_OFED), lldpctl with the
+    server image (lldpd), never inside an OFED package."""
+    from fabricops.lab import hosts, ofed_repo
+
+    packaged = ofed_repo.ofed_tools()
+    assert {"ibnetdiscover", "iblinkinfo"} <= set(packaged["infiniband-diags"])
+    assert not any("lldpctl" in tools_ for tools_ in packaged.values())
+    hosts.install_emulated_software(tmp_path)
+    wrapper = (tmp_path / "usr/sbin/lldpctl").read_text()
+    assert 'main("lldpctl", sys.argv[1:])' in wrapper and (tmp_path / "usr/sbin/lldpctl").stat().st_mode & 0o111
