@@ -7,7 +7,8 @@ cables ``isls``, ``switches``) with ``cabling-override.json`` laid over it (the 
 fault: ``{"links": [{host, netdev, hca, port, switch, switch_port}, ...]}``, each entry replacing
 the cable of the same host and netdev), and each switch's port state (``switches/NAME.json``
 ``"link": "down"``). A cable whose switch port is down, or whose host port is this host's and
-not LinkUp, is not there. Formats and their sources: the docstrings below and docs/verify.md ("Cabling").
+not LinkUp, is not there. Formats and their sources: the docstrings below and docs/verify.md
+("Cabling").
 
 Names: a host port's NodeDescription is ``<host> <device>`` (hardware.json ``node_desc``, what
 rdma-core writes); a switch's is ``MF0;<name>:MQM9700/U1``, the form managed Quantum switches
