@@ -242,4 +242,5 @@ def test_discovery_tools_ship_where_the_real_ones_do(tmp_path):
     assert not any("lldpctl" in tools_ for tools_ in packaged.values())
     hosts.install_emulated_software(tmp_path)
     wrapper = (tmp_path / "usr/sbin/lldpctl").read_text()
-    assert 'main("lldpctl", sys.argv[1:])' in wrapper and (tmp_path / "usr/sbin/lldpctl").stat().st_mode & 0o111
+    assert 'main("lldpctl", sys.argv[1:])' in wrapper
+    assert (tmp_path / "usr/sbin/lldpctl").stat().st_mode & 0o111
