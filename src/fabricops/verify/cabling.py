@@ -494,24 +494,44 @@ def switch_lldp_reader(
     return read
 
 
-def read_lldp(
-    conn: Any, os_name: str, ports: Sequence[str], normalize: Callable[..., list[str]]
+def _onyx_lldp(
+    conn: Any, ports: Sequence[str], normalize: Callable[[Sequence[str]], list[str]]
 ) -> dict[str, Any]:
-    """{port: LldpNeighbor or None} read with show commands only (``conn.send_command``)."""
-    from fabricops.parsers.lldp import parse_nvue_neighbor, parse_onyx_remote
+    """Onyx: one ``show lldp interfaces ethernet remote`` for the whole switch."""
+    from fabricops.parsers.lldp import parse_onyx_remote
+
+    text = conn.send_command("show lldp interfaces ethernet remote")
+    by_port = {n.interface: n for n in parse_onyx_remote(text).neighbors} if text.strip() else {}
+    return {p: by_port.get(normalize([p])[0]) for p in ports}
+
+
+def _nvue_lldp(
+    conn: Any, ports: Sequence[str], normalize: Callable[[Sequence[str]], list[str]]
+) -> dict[str, Any]:
+    """Cumulus NVUE: ``nv show interface <port> lldp neighbor`` per port (nothing: no neighbour)."""
+    from fabricops.parsers.lldp import parse_nvue_neighbor
 
     out: dict[str, Any] = {}
-    if os_name == "onyx":
-        text = conn.send_command("show lldp interfaces ethernet remote")
-        by_port = {n.interface: n for n in parse_onyx_remote(text).neighbors} if text.strip() else {}
-        for p in ports:
-            out[p] = by_port.get(normalize(os_name, [p])[0])
-        return out
     for p in ports:
         text = conn.send_command(f"nv show interface {p} lldp neighbor")
         rows = parse_nvue_neighbor(text, p).neighbors if text.strip() else []
         out[p] = rows[0] if rows else None
     return out
+
+
+#: switch OS -> its LLDP neighbour reader (show commands only). A candidate for the platform
+#: classes (fabricops.roce.platforms) once they grow an LLDP read.
+LLDP_READERS = {"onyx": _onyx_lldp, "cumulus": _nvue_lldp}
+
+
+def read_lldp(
+    conn: Any, os_name: str, ports: Sequence[str], normalize: Callable[..., list[str]]
+) -> dict[str, Any]:
+    """{port: LldpNeighbor or None} read with show commands only (``conn.send_command``)."""
+    reader = LLDP_READERS.get(os_name)
+    if reader is None:
+        raise FabricopsError(f"no LLDP reader for switch OS {os_name!r} (one of {', '.join(LLDP_READERS)})")
+    return reader(conn, ports, lambda names: normalize(os_name, list(names)))
 
 
 def phase(
