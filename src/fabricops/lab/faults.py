@@ -634,6 +634,52 @@ def _port_down_one_end(t: Target, port: str) -> Plan:
     return _switch_faults_plan(t, update)
 
 
+def plan_swapped_cable(host: str, args: list[str]) -> Plan:
+    """Two cables swapped at the switch end: NETDEV_A of HOST now lands on NETDEV_B's switch port
+    and the other way round (NETDEV_B may be another host's, ``gpu02:enp170s0f0np0``: a two-tier
+    rack has one port per fabric on a host). Written to ``fabric/cabling-override.json`` on the
+    controller side (the fabric directory is read-only in the hosts), which the emulated discovery
+    tools lay over cabling.json (emul/fabricdisc.py)."""
+    from fabricops.lab.emul import fabricdisc
+
+    _nargs("swapped-cable", args, 2, 2, "NETDEV_A [HOST_B:]NETDEV_B (e.g. ibp26s0 ibp60s0)")
+    host_b, _, nd_b = args[1].rpartition(":")
+    host_b = host_b or host
+    built = fabricdisc.as_built(paths.fabric_dir())
+    if not built["links"]:
+        raise FabricopsError(f"{paths.fabric_dir() / 'cabling.json'} lists no cables; is the lab up?")
+
+    def cable(h: str, nd: str) -> dict[str, Any]:
+        found = next((ln for ln in built["links"] if ln.get("host") == h and ln.get("netdev") == nd), None)
+        if found is None:
+            have = [ln["netdev"] for ln in built["links"] if ln.get("host") == h]
+            raise FaultError(f"{h} has no cabled netdev {nd!r} (cabled: {', '.join(have) or 'none'})")
+        return found
+
+    a, b = cable(host, args[0]), cable(host_b, nd_b)
+    if a is b:
+        raise FaultError("swapped-cable needs two different ports")
+    oses = {ln["switch"]: (built["switches"].get(ln["switch"]) or {}).get("os") for ln in (a, b)}
+    if (oses[a["switch"]] == "ib") != (oses[b["switch"]] == "ib"):
+        raise FaultError(f"{host} {args[0]} and {host_b} {nd_b} are on different fabrics (InfiniBand and "
+                         "Ethernet): such cables cannot be swapped")
+    new_a = dict(a, switch=b["switch"], switch_port=b["switch_port"])
+    new_b = dict(b, switch=a["switch"], switch_port=a["switch_port"])
+    path = paths.fabric_dir() / fabricdisc.OVERRIDE
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = {}
+    keep = [o for o in current.get("links") or []
+            if (o.get("host"), o.get("netdev")) not in {(host, args[0]), (host_b, nd_b)}]
+    data = {"links": [*keep, new_a, new_b]}
+    return Plan(
+        summary=f"{host} {a['hca']} now on {new_a['switch']} {new_a['switch_port']}, "
+                f"{host_b} {b['hca']} now on {new_b['switch']} {new_b['switch_port']} (cables swapped)",
+        files={path: (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()},
+    )
+
+
 HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "port-down": (plan_port_down, "DEV[/PORT]"),
     "port-width": (plan_port_width, "DEV[/PORT] WIDTH"),
@@ -647,6 +693,7 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "host-unreachable": (plan_host_unreachable, ""),
     "qos-reset": (plan_qos_reset, "NETDEV"),
     "wrong-device": (plan_wrong_device, "DEV OTHER"),
+    "swapped-cable": (plan_swapped_cable, "NETDEV_A [HOST_B:]NETDEV_B"),
 }
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),

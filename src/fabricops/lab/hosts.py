@@ -164,6 +164,10 @@ def install_emulated_software(root: Path) -> bool:
     # the emulated NICs; /usr/local/sbin comes before /usr/sbin, and other netdevs get the real tool.
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "ethtool").replace("@VENDOR@", "mlx5 driver")
     _write(root / "usr/local/sbin/ethtool", wrapper, 0o755)
+    # lldpd's client, as a provisioned server has it (the product does not install lldpd):
+    # neighbours from the fabric's cabling as built (emul/fabricdisc.py)
+    wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "lldpctl").replace("@VENDOR@", "lldpd package")
+    _write(root / "usr/sbin/lldpctl", wrapper, 0o755)
     # Emulated kernel modules (modprobe/lsmod/rmmod) and the HCA's answer to the subnet manager
     # (emulated-hw-sm.path): docs/fabric-services.md, "The lab".
     fabric_services.install_into_root(root)

@@ -73,13 +73,15 @@ TOOL_PACKAGE: dict[str, str] = {
     "ibqueryerrors": "infiniband-diags",
     "perfquery": "infiniband-diags",
     "sminfo": "infiniband-diags",
+    "ibnetdiscover": "infiniband-diags",
+    "iblinkinfo": "infiniband-diags",
     "opensm": "opensm",
     "mlnx_qos": "mlnx-tools",
     "cma_roce_tos": "mlnx-tools",
     "cma_roce_mode": "mlnx-tools",
 }
 #: Emulated tools that are not MLNX_OFED's (the NVIDIA driver's).
-NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm)")
+NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm|lldp)")
 
 #: Install order (mlnxofedinstall lists and installs in this order; the meta package last).
 PACKAGE_ORDER = (
@@ -232,7 +234,8 @@ def packages(version: str, kernel: str) -> list[Deb]:
         Deb("ibverbs-utils", vers["ibverbs-utils"], eq["rdma-core"],
             "Examples for the libibverbs library (ibv_devinfo, ibv_devices)", bins("ibverbs-utils"), {}),
         Deb("infiniband-diags", vers["infiniband-diags"], eq["rdma-core"],
-            "InfiniBand diagnostic programs (ibstat, ibstatus, ibqueryerrors, perfquery)",
+            "InfiniBand diagnostic programs (ibstat, ibstatus, ibqueryerrors, perfquery, ibnetdiscover, "
+            "iblinkinfo)",
             bins("infiniband-diags"), {}),
         Deb("perftest", vers["perftest"], "", "Infiniband verbs performance tests (ib_*_bw, ib_*_lat)",
             bins("perftest"), {}),

@@ -33,6 +33,10 @@ PARSERS: dict[str, str] = {
     "ibqueryerrors": "fabricops.parsers.ibqueryerrors:parse",
     "perfquery": "fabricops.parsers.perfquery:parse",
     "sminfo": "fabricops.parsers.sminfo:parse",
+    "ibnetdiscover": "fabricops.parsers.ibnetdiscover:parse",
+    "iblinkinfo": "fabricops.parsers.iblinkinfo:parse",
+    # lldpd (host side LLDP)
+    "lldpctl": "fabricops.parsers.lldp:parse_keyvalue",
     # NVIDIA driver
     "nvidia-smi-topo": "fabricops.parsers.nvidia_smi:parse_topo",
     "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",
@@ -47,6 +51,7 @@ PARSERS: dict[str, str] = {
     "onyx-running-config": "fabricops.parsers.onyx:parse_running_config",
     "nvue-qos-roce": "fabricops.parsers.nvue:parse_qos_roce",
     "nvue-config-diff": "fabricops.parsers.nvue:parse_config_diff",
+    "nvue-lldp-neighbor": "fabricops.parsers.lldp:parse_nvue_neighbor",
 }
 
 

@@ -400,7 +400,7 @@ _IF_PREFIX = re.compile(
 _KNOWN_GLOBAL = re.compile(
     r"^(?:no\s+)?(?:cli|license|protocol|lacp|vlan|spanning-tree|ip|hostname|dcb|lldp|mlag|mlag-vip|"
     r"telnet-server|ssh|roce|qos|traffic|pool|advanced|buffer|interface|web|ntp|snmp-server|username|"
-    r"logging|clock|banner|port|system)\b"
+    r"logging|clock|banner|port|system)(?=\s|$)"  # a command word, not "lldp.eth0.port=" (lldpctl)
 )
 
 

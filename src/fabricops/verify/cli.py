@@ -37,12 +37,12 @@ def register(subparsers) -> None:
     cliopts.add_common(p, limit_default="gpu_hosts",
                        limit_help="host pattern or group to verify (default: gpu_hosts)")
     p.add_argument("--profile", help="hardware profile (default: the inventory's fabricops_hardware_profile)")
-    p.add_argument("--only", choices=ONLY, help="run only the host, GPU or pairwise checks")
+    p.add_argument("--only", choices=ONLY, help="run only the host, GPU, pairwise or cabling checks")
     p.add_argument(
         "--skip",
         action="append",
         default=[],
-        choices=[*HOST_CHECKS, *GPU_CHECKS],
+        choices=[*HOST_CHECKS, *GPU_CHECKS, "cabling"],
         help="leave out a check (repeatable); also fabricops_verify_skip in the inventory",
     )
     p.add_argument("--ofed-version", help="pinned MLNX_OFED version (default: from the inventory)")

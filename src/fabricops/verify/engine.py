@@ -16,12 +16,12 @@ from typing import Any
 from fabricops.errors import FabricopsError, ParseError
 from fabricops.model import rates
 from fabricops.parsers import parse
-from fabricops.verify import hostchecks, pairs
+from fabricops.verify import cabling, hostchecks, pairs
 from fabricops.verify.expect import HostExpect, PortExpect, _natural, host_expect
 from fabricops.verify.result import ERROR, CheckResult, passed
 from fabricops.verify.switchstate import ReadFn
 
-ONLY = ("hosts", "pairs", "gpus")
+ONLY = ("hosts", "pairs", "gpus", "cabling")
 
 
 @dataclass
@@ -124,6 +124,9 @@ def verify(
                 say(f"{h}: {len(res) - len(bad)}/{len(res)} checks passed")
     vr.host_phase_s = time.monotonic() - th
 
+    if opts.only in (None, "cabling") and expects and not cabling.skipped(opts.skip, expects.values()):
+        vr.results.extend(cabling.phase(run, list(expects), hostvars, switch_link_layers, switch_reader,
+                                        opts.command_timeout_s))
     if opts.only in (None, "pairs"):
         vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader, hostvars)
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best

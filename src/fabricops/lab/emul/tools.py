@@ -23,6 +23,8 @@ TOOLS: dict[str, str] = {
     "perfquery": "rdma:perfquery",
     "openibd": "rdma:openibd",
     "sminfo": "services:sminfo",
+    "ibnetdiscover": "fabricdisc:ibnetdiscover",
+    "iblinkinfo": "fabricdisc:iblinkinfo",
     # MLNX_OFED's opensm package (docs/fabric-services.md)
     "opensm": "services:opensm",
     # perftest
@@ -36,6 +38,8 @@ TOOLS: dict[str, str] = {
     "nvidia-smi": "nvidia:nvidia_smi",
     # nvidia-fabricmanager-<branch> (the lab's fabric manager repository)
     "nv-fabricmanager": "services:nv_fabricmanager",
+    # lldpd's client (the lab's server image has lldpd; hosts.install_emulated_software)
+    "lldpctl": "fabricdisc:lldpctl",
     # mlx5 driver statistics for `ethtool -S` (other netdevs and options: the real ethtool)
     "ethtool": "ethtool:main",
 }

@@ -601,6 +601,15 @@ class NvueSwitch:
         return {} if got is None else got
 
     # ---------------------------------------------------------------- show
+    def show_lldp_neighbor(self, port: str) -> str:
+        """`nv show interface <port> lldp neighbor`: the cabling as built next to the fabric file,
+        rendered by emul/fabricdisc.py (the NVUE command reference's table)."""
+        from fabricops.lab.emul import fabricdisc
+
+        if not self.fabric_file:
+            return ""
+        return fabricdisc.nvue_lldp_neighbor(Path(self.fabric_file).parent.parent, self.name, port)
+
     def show_qos_roce(self, tree: dict[str, Any], as_json: bool) -> str:
         v = self.roce_view(tree)
         roce_node = self._get(tree, "qos", "roce")
@@ -994,6 +1003,10 @@ class NvueSession:
     def nv_show(self, rest: list[str]) -> str:
         sw = self.sw
         raw, fmt, rev = self._show_opts(rest)
+        if len(raw) == 4 and raw[0] == "interface" and raw[2:] == ["lldp", "neighbor"] and rev is None:
+            if raw[1] not in sw.ports:
+                raise NvueError(f"Error: The requested item does not exist: interface {raw[1]}")
+            return sw.show_lldp_neighbor(raw[1])
         tree = self._tree(rev)
         counters = self._counters_show(raw, fmt, rev)
         if counters is not None:

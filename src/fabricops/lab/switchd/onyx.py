@@ -677,6 +677,15 @@ class OnyxSwitch:
         lines.append("Exception list: N/A")
         return "\n".join(lines) + "\n"
 
+    def show_lldp_remote(self, ports: list[str]) -> str:
+        """`show lldp interfaces ethernet [1/N] remote`: the cabling as built next to the fabric file
+        (``fabric/cabling.json`` and its override), rendered by emul/fabricdisc.py."""
+        from fabricops.lab.emul import fabricdisc
+
+        if not self.fabric_file:
+            return ""
+        return fabricdisc.onyx_lldp_remote(Path(self.fabric_file).parent.parent, self.name, ports)
+
     def show_roce(self) -> str:
         roce = self.cfg["roce"]
         if not roce:
@@ -706,6 +715,7 @@ _SHOW_TREE: dict[str, Any] = {
     "roce": {},
     "traffic": {"pool": {}},
     "module": {},
+    "lldp": {"interfaces": {"ethernet": {}}},
 }
 _USER_TREE: dict[str, Any] = {
     "enable": {},
@@ -1211,6 +1221,10 @@ class OnyxSession:
         m = re.fullmatch(r"show traffic pool(?: (\S+))?", s)
         if m:
             return sw.show_pools(m.group(1), as_json)
+        m = re.fullmatch(r"show lldp interfaces ethernet(?: (\S+))? remote", s)
+        if m:  # the neighbours the cabling as built gives each port (emul/fabricdisc.py)
+            ports = self._ports(m.group(1)) if m.group(1) else sw.ports
+            return ports if isinstance(ports, str) else sw.show_lldp_remote(ports)
         if s == "show roce":
             return sw.show_roce()
         if s == "show version":
