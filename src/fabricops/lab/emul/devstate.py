@@ -164,8 +164,33 @@ def fabric_json(rel: str) -> Any:
         return None
 
 
+#: The swapped-cable fault's file (lab/faults.py): host cables as built, laid over cabling.json's plan.
+CABLING_OVERRIDE = "cabling-override.json"
+
+
+def apply_override(links: list[dict[str, Any]], override: Any) -> list[dict[str, Any]]:
+    """Host cables with the override's entries in place of those of the same host port."""
+    repl = {
+        (o.get("host"), o.get("netdev")): o
+        for o in (override or {}).get("links") or []
+        if isinstance(o, dict)
+    }
+    return [dict(repl.get((ln.get("host"), ln.get("netdev")), ln)) for ln in links]
+
+
+def cabling_as_built() -> dict[str, Any] | None:
+    """cabling.json with the swapped-cable override applied: what the traffic really crosses."""
+    cabling = fabric_json("cabling.json")
+    if cabling is None:
+        return None
+    override = fabric_json(CABLING_OVERRIDE)
+    if override:
+        cabling = dict(cabling, links=apply_override(list(cabling.get("links") or []), override))
+    return cabling
+
+
 def cable_for(host: str, netdev: str) -> dict[str, Any] | None:
-    cabling = fabric_json("cabling.json") or {}
+    cabling = cabling_as_built() or {}
     return next(
         (ln for ln in cabling.get("links", []) if ln["host"] == host and ln["netdev"] == netdev), None
     )

@@ -31,7 +31,7 @@ from typing import Any
 
 from . import devstate, services
 
-OVERRIDE = "cabling-override.json"
+OVERRIDE = devstate.CABLING_OVERRIDE
 SWITCH_DEVID = {"ib": 0xD2F2}  #: Quantum-2 (QM9700) device ID
 CA_DEVID = 0x1021  #: ConnectX-7 (MT4129)
 VENDOR_ID = 0x2C9
@@ -71,12 +71,7 @@ def _read(path: Path) -> Any:
 
 def apply_override(links: list[dict[str, Any]], override: Any) -> list[dict[str, Any]]:
     """Host cables with ``cabling-override.json``'s entries in place of those of the same host port."""
-    repl = {
-        (o.get("host"), o.get("netdev")): o
-        for o in (override or {}).get("links") or []
-        if isinstance(o, dict)
-    }
-    return [dict(repl.get((ln.get("host"), ln.get("netdev")), ln)) for ln in links]
+    return devstate.apply_override(links, override)
 
 
 def as_built(fabric_dir: str | Path | None = None) -> dict[str, Any]:

@@ -546,7 +546,7 @@ def plan_run(opts: Options, client: dict[str, Any], server: dict[str, Any],
             host_problems += found
     directions = _data_directions(opts)
     nq = max(1, len(client_qps))
-    cabling = devstate.fabric_json("cabling.json")
+    cabling = devstate.cabling_as_built()  # a swapped cable carries the traffic where it really goes
     flows: list[dict[str, Any]] = []
     if cabling is None:  # no fabric files: the two ports only (unit tests of the tool itself)
         for d in directions:
