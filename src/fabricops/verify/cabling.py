@@ -500,6 +500,11 @@ def _onyx_lldp(
     """Onyx: one ``show lldp interfaces ethernet remote`` for the whole switch."""
     from fabricops.parsers.lldp import parse_onyx_remote
 
+    # Onyx's standard (user) mode shows only "a restricted set of state information" (User Manual,
+    # CLI modes); the LLDP tables need enable mode, as `show running-config` does.
+    enable = getattr(conn, "enable", None)
+    if callable(enable):
+        enable()
     text = conn.send_command("show lldp interfaces ethernet remote")
     by_port = {n.interface: n for n in parse_onyx_remote(text).neighbors} if text.strip() else {}
     return {p: by_port.get(normalize([p])[0]) for p in ports}

@@ -149,12 +149,14 @@ def test_swapped_ethernet_cables_across_hosts_show_in_lldpctl_and_the_switches(r
         rack["fab"] / "switches" / "leaf-onyx.json",
     )
     sess = OnyxSession(sw)
-    for line in ("no cli session paging enable", "enable"):
-        sess.handle(line)
+    sess.handle("no cli session paging enable")  # a fresh login: standard (user) mode, as netmiko leaves it
 
-    class Conn:
+    class Conn:  # netmiko's shape: the reader must enter enable mode itself (LLDP is not a user-mode show)
         def send_command(self, cmd):
             return sess.handle(cmd)[0]
+
+        def enable(self):
+            sess.handle("enable")
 
     from fabricops.switch.model import normalize_ports
 
