@@ -441,7 +441,10 @@ def _pair_phase(
             )
         )
         return None
-    rails, errors = plan_rails(expects, raws)
+    # switches joined by inter-switch links are one fabric: its rail spans the leaves (--all-pairs then
+    # tests every pair across the fabric, not only the pairs on one leaf)
+    linked = any((hv or {}).get("fabricops_switch_links") for hv in (hostvars or {}).values())
+    rails, errors = plan_rails(expects, raws, by_switch=not linked)
     if not opts.all_pairs:
         cov = _coverage_phase(run, expects, raws, vr, opts, say, reader, hostvars or {})
         if cov is not None:
