@@ -172,18 +172,17 @@ def test_ib_dmodk_path_on_four_leaves_two_spines_is_the_hand_computed_one(tmp_pa
     fab = perftest.Fabric(cab)
     src = next(ln for ln in cab["links"] if ln["host"] == "gpu01")
     dst = next(ln for ln in cab["links"] if ln["host"] == "gpu14")
-    # gpu14 is on ib-leaf2 port 1/4, LID 15. ib-leaf1's uplinks sorted by (spine, port):
-    # spine1 1/31, 1/32, spine2 1/33, 1/34 -> n_up 4; 15 % 4 = 3 -> 1/34 to ib-spine2 1/2;
-    # parallel links ib-spine2 -> ib-leaf2: 1/3, 1/4; (15 // 4) % 2 = 1 -> 1/4 (ib-leaf2 1/34)
+    # gpu14 is ib-leaf2's 4th host port (1/4): pos 3. ib-leaf1's uplinks sorted by (spine, port):
+    # spine1 1/31, 1/32, spine2 1/33, 1/34 -> n_up 4; 3 % 4 = 3 -> 1/34 to ib-spine2 1/2, rank 1 of
+    # leaf1's spine2 uplinks; parallel links ib-spine2 -> ib-leaf2: 1/3, 1/4; 1 % 2 = 1 -> 1/4 (ib-leaf2 1/34)
     assert fab.route(src, dst, lid=15) == [
         ("gpu01", "mlx5_0/1", "ib-leaf1", "1/1"),
         ("ib-leaf1", "1/34", "ib-spine2", "1/2"),
         ("ib-spine2", "1/4", "ib-leaf2", "1/34"),
         ("ib-leaf2", "1/4", "gpu14", "mlx5_0/1"),
     ]
-    # LID 12: 12 % 4 = 0 -> spine1 first uplink 1/31 (spine1 1/1); (12 // 4) % 2 = 1 -> spine1 1/4
-    assert fab.route(src, dst, lid=12)[1:3] == [("ib-leaf1", "1/31", "ib-spine1", "1/1"),
-                                                  ("ib-spine1", "1/4", "ib-leaf2", "1/32")]
+    # OpenSM ftree: the destination port's position picks the path, not its LID value
+    assert fab.route(src, dst, lid=12) == fab.route(src, dst, lid=15) == fab.route(src, dst)
     # the same destination from another leaf takes the same spine (deterministic per destination)
     other = next(ln for ln in cab["links"] if ln["host"] == "gpu03")
     assert fab.route(other, dst, lid=15)[1][2] == "ib-spine2"
