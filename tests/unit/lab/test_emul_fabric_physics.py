@@ -220,7 +220,7 @@ def test_leaves_without_a_spine_between_them_are_different_fabrics(tmp_path, mon
 def test_isl_down_is_no_path_naming_the_switch_port(tmp_path, monkeypatch):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list, roce=False)
-    # gpu01 -> gpu06 (ib-leaf2 pos 1): 1 % 2 = 1 -> ib-leaf1 1/32 -> ib-spine2 1/1; down ib-spine2 1/2 -> ib-leaf2
+    # gpu01 -> gpu06 (ib-leaf2 pos 1): 1 % 2 = 1 -> ib-leaf1 1/32 -> ib-spine2 1/1; down spine2 1/2
     set_switch_port(fabric, "ib-spine2", "1/2", link="down")
     _, _, plan = _plan(roots, "gpu01", "gpu06", monkeypatch)
     assert plan == {"fatal": "switch port ib-spine2 1/2 down"}
