@@ -8,11 +8,20 @@ of one cable, ``((node, port), (node, port))``; its string form is ``"leaf1:swp3
 
 Routing (the same rules the lab's physics implements):
 
-- **InfiniBand** (OpenSM ftree, D-mod-k, deterministic per destination): from the source leaf to a
-  destination port with LID ``d`` on another leaf, uplink index ``d % n_up`` of the source leaf's
-  uplinks (its ISL ports sorted by spine name, then natural port order); at that spine, down to the
-  destination leaf over its ``k``-th parallel link to that leaf (sorted by the spine's natural port
-  order), ``k = (d // n_up) % n_parallel``. Same leaf: leaf -> host directly.
+- **InfiniBand** (OpenSM ftree, deterministic per destination *port*, not per LID value): OpenSM's
+  fat-tree engine (``-R ftree``; opensm doc/current-routing.txt "Fat-tree Routing Algorithm",
+  osm_ucast_ftree.c ``fabric_route_to_cns``: "foreach leaf switch, for each compute node (in
+  indexing order) ... assign-down-going-port-by-ascending-up") walks each leaf's host ports in order
+  and hands them out over the leaf's up ports round-robin, so one leaf's destinations spread over all
+  spines and all parallel links. The model: ``pos`` = the destination's index among the host ports
+  cabled to its leaf, in natural order of the leaf's port names; the source leaf's uplinks are its
+  ISL ports (to spines that reach the destination leaf) sorted by spine name, then natural port
+  order; ``n_up`` their count. Up over uplink ``i = pos % n_up``; at that spine, down to the
+  destination leaf over its ``k``-th parallel link (spine's natural port order), ``k = r %
+  n_parallel`` where ``r`` is the rank of uplink ``i`` among the source leaf's uplinks to that
+  spine (the mirror of the link it came up on). On the symmetric shapes the lab builds every ISL
+  direction carries at least one destination. LIDs are accepted but do not pick the path. Same
+  leaf: leaf -> host directly.
 - **RoCE** (ECMP): the uplink is a hash of the flow (source/destination address, UDP source port
   from the QP numbers, random per run), so a cross-leaf path is unknown to the product
   (:meth:`Fabric.path` returns None) unless the caller passes the flow's hash (``flow``).
@@ -119,6 +128,11 @@ class Fabric:
         self._on_leaf: dict[str, list[Port]] = {}
         for e in self.endpoints:
             self._on_leaf.setdefault(self._leaf[e][0], []).append(e)
+        # pos: a host port's index among its leaf's host ports, natural order of the leaf port names
+        self._pos: dict[Port, int] = {}
+        for eps in self._on_leaf.values():
+            for i, e in enumerate(sorted(eps, key=lambda e: natural(self._leaf[e][1]))):
+                self._pos[e] = i
 
     # --- building -----------------------------------------------------------------------------
 
@@ -291,33 +305,31 @@ class Fabric:
         return (self._leaf[endpoint], endpoint)
 
     def cross(self, src_leaf: str, dst: Port, flow: int | None = None) -> tuple[DirLink, DirLink] | None:
-        """(up ISL, down ISL) from ``src_leaf`` to ``dst`` on another leaf, or None when unknown."""
-        ups = self._up.get(src_leaf)
+        """(up ISL, down ISL) from ``src_leaf`` to ``dst`` on another leaf, or None when unknown
+        (RoCE without ``flow``) or when no spine joins the two leaves."""
+        dleaf = self.leaf_of(dst)
+        ups = [u for u in self._up.get(src_leaf, []) if (u[0], dleaf) in self._par]
         if not ups:
             return None
-        n_up = len(ups)
         if self.roce:
             if flow is None:
                 return None
-            i = flow % n_up
+            spine, lp, sp = ups[flow % len(ups)]
+            par = self._par[(spine, dleaf)]
+            k = flow % len(par)
         else:
-            d = self.lids.get(dst)
-            if d is None:
-                return None
-            i = d % n_up
-        spine, lp, sp = ups[i]
-        dleaf = self.leaf_of(dst)
-        par = self._par.get((spine, dleaf))
-        if not par:
-            return None
-        k = (flow % len(par)) if self.roce else ((self.lids[dst] // n_up) % len(par))
+            i = self._pos[dst] % len(ups)
+            spine, lp, sp = ups[i]
+            par = self._par[(spine, dleaf)]
+            r = sum(1 for u in ups[:i] if u[0] == spine)  # rank of uplink i among those to spine
+            k = r % len(par)
         dsp, dlp = par[k]
         return ((src_leaf, lp), (spine, sp)), ((spine, dsp), (dleaf, dlp))
 
     def path(self, src: Port, dst: Port, flow: int | None = None) -> list[DirLink] | None:
         """The directed cables a test from ``src`` to ``dst`` sends its data over; None = unknown
-        (a cross-leaf RoCE path without ``flow``, the ECMP hash of the flow; an InfiniBand
-        destination without a LID)."""
+        (a cross-leaf RoCE path without ``flow``, the ECMP hash of the flow) or no path (no spine
+        joins the two leaves)."""
         if src == dst:
             raise ValueError(f"{src[0]} {src[1]}: a test needs two different ports")
         ls, ld = self.leaf_of(src), self.leaf_of(dst)

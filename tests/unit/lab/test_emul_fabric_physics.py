@@ -172,18 +172,17 @@ def test_ib_dmodk_path_on_four_leaves_two_spines_is_the_hand_computed_one(tmp_pa
     fab = perftest.Fabric(cab)
     src = next(ln for ln in cab["links"] if ln["host"] == "gpu01")
     dst = next(ln for ln in cab["links"] if ln["host"] == "gpu14")
-    # gpu14 is on ib-leaf2 port 1/4, LID 15. ib-leaf1's uplinks sorted by (spine, port):
-    # spine1 1/31, 1/32, spine2 1/33, 1/34 -> n_up 4; 15 % 4 = 3 -> 1/34 to ib-spine2 1/2;
-    # parallel links ib-spine2 -> ib-leaf2: 1/3, 1/4; (15 // 4) % 2 = 1 -> 1/4 (ib-leaf2 1/34)
+    # gpu14 is ib-leaf2's 4th host port (1/4): pos 3. ib-leaf1's uplinks sorted by (spine, port):
+    # spine1 1/31, 1/32, spine2 1/33, 1/34 -> n_up 4; 3 % 4 = 3 -> 1/34 to ib-spine2 1/2, rank 1 of
+    # leaf1's spine2 uplinks; parallel links ib-spine2 -> ib-leaf2: 1/3, 1/4; 1 % 2 = 1 -> 1/4 (ib-leaf2 1/34)
     assert fab.route(src, dst, lid=15) == [
         ("gpu01", "mlx5_0/1", "ib-leaf1", "1/1"),
         ("ib-leaf1", "1/34", "ib-spine2", "1/2"),
         ("ib-spine2", "1/4", "ib-leaf2", "1/34"),
         ("ib-leaf2", "1/4", "gpu14", "mlx5_0/1"),
     ]
-    # LID 12: 12 % 4 = 0 -> spine1 first uplink 1/31 (spine1 1/1); (12 // 4) % 2 = 1 -> spine1 1/4
-    assert fab.route(src, dst, lid=12)[1:3] == [("ib-leaf1", "1/31", "ib-spine1", "1/1"),
-                                                  ("ib-spine1", "1/4", "ib-leaf2", "1/32")]
+    # OpenSM ftree: the destination port's position picks the path, not its LID value
+    assert fab.route(src, dst, lid=12) == fab.route(src, dst, lid=15) == fab.route(src, dst)
     # the same destination from another leaf takes the same spine (deterministic per destination)
     other = next(ln for ln in cab["links"] if ln["host"] == "gpu03")
     assert fab.route(other, dst, lid=15)[1][2] == "ib-spine2"
@@ -221,17 +220,17 @@ def test_leaves_without_a_spine_between_them_are_different_fabrics(tmp_path, mon
 def test_isl_down_is_no_path_naming_the_switch_port(tmp_path, monkeypatch):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list, roce=False)
-    # gpu01 -> gpu02 (LID 3): 3 % 2 = 1 -> ib-leaf1 1/32 -> ib-spine2 1/1; down ib-spine2 1/2 -> ib-leaf2
+    # gpu01 -> gpu06 (ib-leaf2 pos 1): 1 % 2 = 1 -> ib-leaf1 1/32 -> ib-spine2 1/1; down spine2 1/2
     set_switch_port(fabric, "ib-spine2", "1/2", link="down")
-    _, _, plan = _plan(roots, "gpu01", "gpu02", monkeypatch)
+    _, _, plan = _plan(roots, "gpu01", "gpu06", monkeypatch)
     assert plan == {"fatal": "switch port ib-spine2 1/2 down"}
     set_switch_port(fabric, "ib-spine2", "1/2", link="up")
     set_switch_port(fabric, "ib-leaf1", "1/32", link="down")
-    assert _plan(roots, "gpu01", "gpu02", monkeypatch)[2] == {"fatal": "switch port ib-leaf1 1/32 down"}
-    # a test whose path avoids it (gpu05 -> gpu07, LID 8, via ib-spine1) still has its path
-    assert "fatal" not in _plan(roots, "gpu05", "gpu07", monkeypatch)[2]
+    assert _plan(roots, "gpu01", "gpu06", monkeypatch)[2] == {"fatal": "switch port ib-leaf1 1/32 down"}
+    # a test whose path avoids it (gpu05 -> gpu03, ib-leaf3 pos 0, via ib-spine1) still has its path
+    assert "fatal" not in _plan(roots, "gpu05", "gpu03", monkeypatch)[2]
     # and the real run fails as perftest does on a dead path, on both sides
-    (client,) = run_pairs([(roots["gpu02"], roots["gpu01"])], ["--report_gbits"], seconds="0.2")
+    (client,) = run_pairs([(roots["gpu06"], roots["gpu01"])], ["--report_gbits"], seconds="0.2")
     assert client.returncode == 1 and "Completion with error at client" in client.stderr
 
 
@@ -239,7 +238,7 @@ def test_degraded_isl_width_lowers_only_the_tests_that_cross_it(tmp_path):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list, roce=False)
     set_switch_port(fabric, "ib-leaf1", "1/32", width="2X")  # leaf1 -> spine2 at NDR 2X: 200 Gb/s
-    crossing, other = run_pairs([(roots["gpu02"], roots["gpu01"]), (roots["gpu07"], roots["gpu05"])],
+    crossing, other = run_pairs([(roots["gpu06"], roots["gpu01"]), (roots["gpu03"], roots["gpu05"])],
                                 ["--report_gbits"])
     assert 0.97 * 200 * perftest.IB_EFFICIENCY <= bw(crossing) <= 1.01 * 200 * perftest.IB_EFFICIENCY
     assert bw(other) >= 0.99 * NDR
@@ -249,10 +248,10 @@ def test_degraded_isl_speed_uses_the_rate_table(tmp_path, monkeypatch):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list[:2], roce=False)
     set_switch_port(fabric, "ib-spine2", "1/2", speed="HDR")
-    _, _, plan = _plan(roots, "gpu01", "gpu02", monkeypatch)
+    _, _, plan = _plan(roots, "gpu01", "gpu06", monkeypatch)
     assert plan["flows"][0]["caps"] == [400.0, 400.0, 200.0, 400.0]
     set_switch_port(fabric, "ib-spine2", "1/2", speed="HDR100")
-    assert _plan(roots, "gpu01", "gpu02", monkeypatch)[2]["flows"][0]["caps"][2] == 100.0
+    assert _plan(roots, "gpu01", "gpu06", monkeypatch)[2]["flows"][0]["caps"][2] == 100.0
 
 
 @pytest.mark.parametrize("speed,width", [(s, w) for s in rates.IB for w in ("1X", "2X", "4X")])
@@ -271,10 +270,10 @@ def test_flapping_isl_costs_rate_and_counts_retransmits(tmp_path):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list, roce=False)
     set_switch_port(fabric, "ib-spine2", "1/1", flaps=8)
-    crossing, other = run_pairs([(roots["gpu02"], roots["gpu01"]), (roots["gpu07"], roots["gpu05"])],
+    crossing, other = run_pairs([(roots["gpu06"], roots["gpu01"]), (roots["gpu03"], roots["gpu05"])],
                                 ["--report_gbits"])
     assert bw(crossing) == pytest.approx(NDR * (1 - 8 * perftest.FLAP_COST), rel=0.01)
-    assert counter(roots["gpu01"], "packet_seq_err") > 0 and counter(roots["gpu02"], "out_of_sequence") > 0
+    assert counter(roots["gpu01"], "packet_seq_err") > 0 and counter(roots["gpu06"], "out_of_sequence") > 0
     assert bw(other) >= 0.99 * NDR
     assert counter(roots["gpu05"], "packet_seq_err") == 0
 
@@ -284,8 +283,9 @@ def test_flapping_isl_costs_rate_and_counts_retransmits(tmp_path):
 def test_two_tests_sharing_an_uplink_each_get_about_half(tmp_path):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list, roce=False)
-    # gpu02 (LID 3) and gpu06 (LID 7) are both on ib-leaf2: odd -> ib-leaf1's 2nd uplink (spine2)
-    a, b = run_pairs([(roots["gpu02"], roots["gpu01"]), (roots["gpu06"], roots["gpu05"])], ["--report_gbits"])
+    # gpu06 (ib-leaf2) and gpu07 (ib-leaf3) are both their leaf's 2nd host port: pos 1 -> ib-leaf1's 2nd
+    # uplink (spine2), whether the client is gpu01 or gpu05
+    a, b = run_pairs([(roots["gpu06"], roots["gpu01"]), (roots["gpu07"], roots["gpu05"])], ["--report_gbits"])
     assert bw(a) == pytest.approx(NDR / 2, rel=0.01) and bw(b) == pytest.approx(NDR / 2, rel=0.01)
     entries = ledger(fabric)
     assert len(entries) == 2 and all(e["kind"] == "bw" and e["bytes"] > 0 for e in entries)

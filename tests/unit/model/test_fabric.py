@@ -1,4 +1,5 @@
-"""The fabric graph from the inventory, and D-mod-k routing checked on hand-computed cases."""
+"""The fabric graph from the inventory, and OpenSM-ftree routing (by destination position on its
+leaf) checked on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_inventory_builds_one_fabric_with_every_cable():
 
 
 def test_dmodk_hand_computed():
-    # gpu02 (LID 3) on leaf2 -> gpu03 (LID 4) on leaf3: n_up 2, uplink 4 % 2 = 0 (spine1),
+    # gpu02 on leaf2 -> gpu03, leaf3's first host port (pos 0): n_up 2, uplink 0 % 2 = 0 (spine1),
     # one parallel link: k = 0 -> spine1 swp3 -> leaf3 swp3
     cab, links = _two_tier()
     (f,) = Fabric.from_inventory(cab, links, lids=_lids())
@@ -72,7 +73,7 @@ def test_dmodk_hand_computed():
         "spine1:swp3>leaf3:swp3",
         "leaf3:swp1>gpu03:mlx5_0/1",
     ]
-    # gpu03 -> gpu06 (LID 7): 7 % 2 = 1 -> spine2
+    # gpu03 -> gpu06, leaf2's second host port (pos 1): 1 % 2 = 1 -> spine2
     p = f.path(("gpu03", "mlx5_0/1"), ("gpu06", "mlx5_0/1"))
     assert [dirlink_str(d) for d in p[1:3]] == ["leaf3:swp4>spine2:swp3", "spine2:swp2>leaf2:swp4"]
     # same leaf: straight through the leaf
@@ -80,17 +81,21 @@ def test_dmodk_hand_computed():
     assert [dirlink_str(d) for d in p] == ["gpu01:mlx5_0/1>leaf1:swp1", "leaf1:swp2>gpu05:mlx5_0/1"]
 
 
-def test_dmodk_parallel_links_pick_k_from_lid_div_n_up():
+def test_ftree_parallel_links_down_mirror_the_rank_of_the_uplink():
     # 2 links from each leaf to each spine: n_up 4, uplinks sorted (spine, port): idx 0,1 spine1; 2,3 spine2
     cab, links = _two_tier(hosts=8, per_spine=2)
     (f,) = Fabric.from_inventory(cab, links, lids=_lids())
-    # gpu02 (leaf2) -> gpu05 (LID 6, leaf1): 6 % 4 = 2 -> leaf2's third uplink (spine2, leaf port swp5);
-    # k = (6 // 4) % 2 = 1 -> spine2's second link to leaf1 (spine ports 1,2 face leaf1 -> swp2)
+    # gpu02 (leaf2) -> gpu05 (leaf1 swp2, pos 1): 1 % 4 = 1 -> leaf2's second uplink (spine1, leaf port
+    # swp4, spine port swp4); rank 1 among leaf2's spine1 uplinks -> k = 1 % 2 = 1 -> spine1's second
+    # link to leaf1 (spine ports 1,2 face leaf1 -> swp2 -> leaf1 swp4)
     p = f.path(("gpu02", "mlx5_0/1"), ("gpu05", "mlx5_0/1"))
-    assert [dirlink_str(d) for d in p[1:3]] == ["leaf2:swp5>spine2:swp3", "spine2:swp2>leaf1:swp6"]
-    # LID 9 (gpu08, leaf4) from leaf1: 9 % 4 = 1 -> spine1 second uplink (swp4); k = 2 % 2 = 0
+    assert [dirlink_str(d) for d in p[1:3]] == ["leaf2:swp4>spine1:swp4", "spine1:swp2>leaf1:swp4"]
+    # gpu08 (leaf4 swp2, pos 1) from leaf1: uplink 1 (swp4 -> spine1 swp2); k = 1 -> spine1 swp8 -> leaf4 swp4
     p = f.path(("gpu01", "mlx5_0/1"), ("gpu08", "mlx5_0/1"))
-    assert [dirlink_str(d) for d in p[1:3]] == ["leaf1:swp4>spine1:swp2", "spine1:swp7>leaf4:swp3"]
+    assert [dirlink_str(d) for d in p[1:3]] == ["leaf1:swp4>spine1:swp2", "spine1:swp8>leaf4:swp4"]
+    # gpu04 (leaf4 swp1, pos 0) from leaf1: uplink 0 (swp3 -> spine1 swp1); k = 0 -> spine1 swp7 -> leaf4 swp3
+    p = f.path(("gpu01", "mlx5_0/1"), ("gpu04", "mlx5_0/1"))
+    assert [dirlink_str(d) for d in p[1:3]] == ["leaf1:swp3>spine1:swp1", "spine1:swp7>leaf4:swp3"]
 
 
 def test_natural_port_order_not_text_order():
@@ -111,10 +116,18 @@ def test_roce_cross_leaf_path_is_unknown_same_leaf_known():
     assert dirlink_str(p[1]) == "leaf1:swp4>spine2:swp1"
 
 
-def test_ib_without_lid_is_unknown_not_guessed():
+def test_ib_path_does_not_depend_on_lids():
+    # ftree routes by the destination's position on its leaf: with, without or with other LIDs the
+    # path is the same (was: D-mod-k by LID, unknown without one)
     cab, links = _two_tier()
-    (f,) = Fabric.from_inventory(cab, links)
-    assert f.path(("gpu01", "mlx5_0/1"), ("gpu02", "mlx5_0/1")) is None
+    (bare,) = Fabric.from_inventory(cab, links)
+    (lidded,) = Fabric.from_inventory(cab, links, lids=_lids())
+    other = {e: 100 + 7 * i for i, e in enumerate(lidded.endpoints)}
+    (odd,) = Fabric.from_inventory(cab, links, lids=other)
+    ib = "mlx5_0/1"
+    for src, dst in [(("gpu01", ib), ("gpu02", ib)), (("gpu03", ib), ("gpu06", ib))]:
+        assert bare.path(src, dst) is not None
+        assert bare.path(src, dst) == lidded.path(src, dst) == odd.path(src, dst)
 
 
 def test_rail_families_are_separate_fabrics():

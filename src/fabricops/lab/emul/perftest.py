@@ -469,9 +469,17 @@ class Fabric:
             if isl.get("gbps"):
                 self.nominal[(a, pa)] = self.nominal[(b, pb)] = float(isl["gbps"])
         for ups in self.up.values():
-            ups.sort(key=lambda u: (u[1], _natural(u[0])))
+            ups.sort(key=lambda u: (_natural(u[1]), _natural(u[0])))
         for downs in self.down.values():
             downs.sort(key=lambda d: _natural(d[0]))
+        # pos: a host port's index among its leaf's host ports, natural order of the leaf port names
+        self.pos: dict[tuple[str, str], int] = {}
+        by_leaf: dict[str, list[str]] = {}
+        for ln in self.links:
+            by_leaf.setdefault(ln["switch"], []).append(ln["switch_port"])
+        for leaf, lports in by_leaf.items():
+            for i, lp in enumerate(sorted(lports, key=_natural)):
+                self.pos[(leaf, lp)] = i
 
     def tier(self, switch: str) -> str:
         return str((self.switches.get(switch) or {}).get("tier") or "leaf")
@@ -481,7 +489,18 @@ class Fabric:
 
     def route(self, src: dict[str, Any], dst: dict[str, Any], *, lid: int | None = None,
               flow_hash: int | None = None) -> list[Hop] | None:
-        """The hops from host cable SRC to host cable DST, or None when no path joins them."""
+        """The hops from host cable SRC to host cable DST, or None when no path joins them.
+
+        InfiniBand follows OpenSM's fat-tree engine (``-R ftree``; opensm doc/current-routing.txt
+        "Fat-tree Routing Algorithm", osm_ucast_ftree.c ``fabric_route_to_cns``: each leaf's
+        compute nodes, in indexing order, get the leaf's up ports round-robin), not the raw LID:
+        ``pos`` = DST's index among the host ports cabled to its leaf (natural order of the leaf's
+        port names); up over the source leaf's uplink ``i = pos % n_up`` (uplinks to spines that
+        reach DST's leaf, sorted by spine name then natural port order); at the spine down over
+        parallel link ``k = r % n_parallel``, ``r`` the rank of uplink ``i`` among the source
+        leaf's uplinks to that spine. ``lid`` is accepted and no longer used. The product's model
+        (fabricops.model.fabric) implements the same rule; tests/unit/lab/test_routing_agreement.py
+        holds them together. RoCE: the ECMP ``flow_hash`` picks both."""
         s_leaf, d_leaf = src["switch"], dst["switch"]
         first: Hop = (src["host"], f"{src['hca']}/{src['port']}", s_leaf, src["switch_port"])
         last: Hop = (d_leaf, dst["switch_port"], dst["host"], f"{dst['hca']}/{dst['port']}")
@@ -495,10 +514,12 @@ class Fabric:
             downs = self.down[(up[1], d_leaf)]
             down = downs[flow_hash % len(downs)]
         else:
-            d = int(lid or 0)
-            up = ups[d % len(ups)]
+            pos = self.pos.get((d_leaf, dst["switch_port"]), 0)
+            i = pos % len(ups)
+            up = ups[i]
             downs = self.down[(up[1], d_leaf)]
-            down = downs[(d // len(ups)) % len(downs)]
+            r = sum(1 for u in ups[:i] if u[1] == up[1])  # rank of uplink i among those to its spine
+            down = downs[r % len(downs)]
         return [first, (s_leaf, up[0], up[1], up[2]), (up[1], down[0], d_leaf, down[1]), last]
 
 
