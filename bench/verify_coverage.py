@@ -43,7 +43,8 @@ def row(label: str, rc: int, data: dict, wall: float) -> None:
     p = data.get("pairs") or {}
     bad = [r for r in data["results"] if r["status"] not in ("pass", "skip")]
     cov = f"{p['links_covered']}/{p['links_total']}" if "links_total" in p else "-"
-    print(f"{label:<28} exit {rc}  rounds {p.get('rounds', '-'):>3}  lower bound {p.get('lower_bound', '-'):>2}  "
+    print(f"{label:<28} exit {rc}  rounds {p.get('rounds', '-'):>3}  "
+          f"lower bound {p.get('lower_bound', '-'):>2}  "
           f"isolation rounds {p.get('isolation_rounds', '-'):>2}  solo re-runs {p.get('reruns', '-'):>3}  "
           f"links {cov:>7}  {wall:6.1f} s  not passed {len(bad)}")
     for f in p.get("findings") or []:

@@ -8,10 +8,10 @@ direction carries only acknowledgements), so a test proves one direction of each
 Within a round a port may be the client of one test and the server of another: the two use
 different directed cables (host -> leaf, leaf -> host).
 
-**InfiniBand** paths are known (D-mod-k), so the schedule is planned: :func:`schedule` is a greedy
+**InfiniBand** paths are known (ftree), so the schedule is planned: :func:`schedule` is a greedy
 that first places tests on uncovered ISLs (the most constrained cables: a down ISL is reachable only
-from the destinations D-mod-k routes over it), then pairs ports on the same leaf for the host links
-left. A directed cable no route uses (D-mod-k with these LIDs sends nothing over it) is
+from the destinations ftree routes over it), then pairs ports on the same leaf for the host links
+left. A directed cable no route uses (ftree with these LIDs sends nothing over it) is
 *unroutable*: no test can prove it; :func:`unroutable` lists them and the report says so.
 
 **RoCE** paths are an ECMP hash of the flow (random QP numbers), so ISL coverage is *observed*:
@@ -114,7 +114,7 @@ def _cross_table(
 
 
 def unroutable(fabric: Fabric, _opts: Mapping | None = None) -> set[DirLink]:
-    """InfiniBand ISL directions no D-mod-k route uses (no test can prove them); for RoCE none
+    """InfiniBand ISL directions no ftree route uses (no test can prove them); for RoCE none
     (any ISL may carry a flow)."""
     if fabric.roce:
         return set()
@@ -132,7 +132,7 @@ def lower_bound(fabric: Fabric) -> int:
        cable), and every cross-leaf test leaving leaf L uses exactly one of L's up ISLs, so a round
        proves at most ``h_L`` (ports on L) of L's up ISLs: ``ceil(up_L / h_L)``. Likewise a port
        is the server of at most one test per round: ``ceil(down_M / h_M)`` for the ISLs into M.
-    3. (InfiniBand) an ISL direction ``l`` is only crossed by tests to the destinations D-mod-k
+    3. (InfiniBand) an ISL direction ``l`` is only crossed by tests to the destinations ftree
        routes over it, ``D(l)``. For a set X of destinations, the up ISLs (or the down ISLs) whose
        ``D(l)`` lies inside X can only be proven by tests into X, each test proves one of them,
        and at most ``|X|`` tests enter X per round: ``ceil(#{l: D(l) within X} / |X|)``, taken over

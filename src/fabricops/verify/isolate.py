@@ -23,7 +23,7 @@ every suspect a probe; a probe that does not cross f passes and clears its suspe
 cable on it), so after round 1 the open suspects are f and the suspects whose probe crossed f. In
 round 1 already, f's own probe has every other cable proven, and f is named, whenever such a probe
 exists: for a host link, a test with another port of the same leaf that passed a test not crossing
-f; for an ISL, a test from another port of its source leaf to another destination D-mod-k routes
+f; for an ISL, a test from another port of its source leaf to another destination ftree routes
 over f, whose other cables carried a passing test. Otherwise round 2 probes f through the cables
 the passing round-1 probes proved (they touch f's leaf pair and spine only, hence no dependence on
 N). Where no probe can separate two suspects (a leaf with a single port whose every route shares

@@ -408,8 +408,8 @@ def run_coverage(
                     p.rail.name,
                     None,
                     SKIP,
-                    f"rail {p.rail.name}: {len(unseen)} ISL directions carry no D-mod-k route with these "
-                    "LIDs (no test can cross them; traffic does not use them either)",
+                    f"rail {p.rail.name}: {len(unseen)} ISL directions carry no ftree route (a leaf with "
+                    "more uplinks than hosts; no test can cross them; traffic does not use them either)",
                     details={"rail": p.rail.index, "links": sorted(dirlink_str(d) for d in unseen)},
                 )
             )

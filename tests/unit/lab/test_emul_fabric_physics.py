@@ -247,11 +247,13 @@ def test_degraded_isl_width_lowers_only_the_tests_that_cross_it(tmp_path):
 def test_degraded_isl_speed_uses_the_rate_table(tmp_path, monkeypatch):
     fabric, host_list = two_tier(tmp_path, roce=False)
     roots = make_hosts(tmp_path, fabric, host_list[:2], roce=False)
-    set_switch_port(fabric, "ib-spine2", "1/2", speed="HDR")
-    _, _, plan = _plan(roots, "gpu01", "gpu06", monkeypatch)
+    # gpu02 is the first host on its leaf (position 0): the route goes up to ib-spine1 and down
+    # its port to that leaf, 1/2
+    set_switch_port(fabric, "ib-spine1", "1/2", speed="HDR")
+    _, _, plan = _plan(roots, "gpu01", "gpu02", monkeypatch)
     assert plan["flows"][0]["caps"] == [400.0, 400.0, 200.0, 400.0]
-    set_switch_port(fabric, "ib-spine2", "1/2", speed="HDR100")
-    assert _plan(roots, "gpu01", "gpu06", monkeypatch)[2]["flows"][0]["caps"][2] == 100.0
+    set_switch_port(fabric, "ib-spine1", "1/2", speed="HDR100")
+    assert _plan(roots, "gpu01", "gpu02", monkeypatch)[2]["flows"][0]["caps"][2] == 100.0
 
 
 @pytest.mark.parametrize("speed,width", [(s, w) for s in rates.IB for w in ("1X", "2X", "4X")])

@@ -378,8 +378,8 @@ def _host_problems(sender: dict[str, Any], receiver: dict[str, Any]) -> tuple[in
 # (NODE, PORT_OUT, NODE_NEXT, PORT_IN); the host side port is "mlx5_1/1".
 #
 # InfiniBand: OpenSM's fat-tree routing (ftree, doc/opensm_release_notes / osm_ucast_ftree.c)
-# spreads destinations over a leaf's uplinks by destination LID, D-mod-k: uplink d % n_up, then at
-# the spine the (d // n_up) % n_parallel-th link down to the destination leaf; same for every source.
+# spreads destinations over a leaf's uplinks by the destination's position on its own leaf: uplink
+# pos % n_up, then at the spine the parallel link of the same rank down (see Fabric.route).
 # RoCE: the leaf and spine hash each flow (ECMP) on its addresses and its RoCEv2 UDP source port,
 # which the kernel derives from the QP numbers (include/rdma/ib_verbs.h rdma_calc_flow_label and
 # rdma_flow_label_to_udp_sport), so each QP of a run is a flow that may take another uplink.
