@@ -577,6 +577,14 @@ def run_test(
     return out
 
 
+def mark_rerun(first: Sequence[CheckResult], again: Sequence[CheckResult]) -> None:
+    """Record on each re-run result what its first attempt said (the re-run's verdict stands)."""
+    for old, new in zip(first, again, strict=True):
+        first_attempt = {"status": old.status, "measured": old.measured, "message": old.message}
+        new.details["first_attempt"] = first_attempt
+        new.details["rerun"] = True
+
+
 def run_pairs(
     run: RunFn,
     hosts: Sequence[str],
@@ -634,13 +642,7 @@ def run_pairs(
             say(f"re-running alone: {t.label}")
             pr.reruns += 1
             again = run_test(run, t, addresses, profile, port_rate, opts, tests, by_index[t.rail])
-            for old, new in zip(res, again, strict=True):
-                new.details["first_attempt"] = {
-                    "status": old.status,
-                    "measured": old.measured,
-                    "message": old.message,
-                }
-                new.details["rerun"] = True
+            mark_rerun(res, again)
             by_test[t] = again
         pr.rerun_wall_s = time.monotonic() - t0
     for t in sorted(by_test, key=lambda x: (x.host_a, x.host_b, x.rail)):

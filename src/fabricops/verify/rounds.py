@@ -279,13 +279,7 @@ def run_coverage(
             say(f"re-running alone: {key[1]}")
             cr.reruns += 1
             again = _run_round(run, [(p, key[1])], profile, opts, True)[key]
-            for old, new in zip(res, again, strict=True):
-                new.details["first_attempt"] = {
-                    "status": old.status,
-                    "measured": old.measured,
-                    "message": old.message,
-                }
-                new.details["rerun"] = True
+            pairs.mark_rerun(res, again)
             by_test[key] = again
         cr.rerun_wall_s = time.monotonic() - t0
     # isolation, per fabric
