@@ -38,9 +38,12 @@ def _env():
     return env
 
 
-def verify(tmp_path, *args, baseline=None) -> tuple[int, dict, str]:
+def verify(tmp_path, *args, baseline=None, all_pairs=True) -> tuple[int, dict, str]:
+    """``all_pairs``: the circle method these tests were written for (every pair of hosts, so
+    blame has several peers to compare); the coverage schedule is tested on its own below."""
     out = tmp_path / f"v{len(list(tmp_path.glob('v*.json')))}.json"
-    argv = [FABRICOPS, "verify", "-q", "--json", str(out), *HW_SKIP, *args]
+    mode = ["--all-pairs"] if all_pairs else []
+    argv = [FABRICOPS, "verify", "-q", "--json", str(out), *HW_SKIP, *mode, *args]
     if baseline:
         argv += ["--counters-baseline", str(baseline)]
     p = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
@@ -125,6 +128,17 @@ def test_healthy_lab_passes(tmp_path, baseline):
     assert len(roce) == 12 and all(r["threshold"] == 360 and r["measured"] >= 360 for r in roce)
     assert all(r["details"]["roce"]["tclass"] == 106 for r in roce)
     assert {r["check"] for r in data["results"] if r["status"] == "pass"} >= {"roce_qos"}
+
+
+def test_healthy_lab_coverage_is_one_round_over_every_cable(tmp_path, baseline):
+    """The default (coverage) schedule on one switch per rail: every host cable, both directions,
+    in the one round the topology allows, instead of the circle method's N-1 = 3."""
+    rc, data, text = verify(tmp_path, "--only", "pairs", all_pairs=False)
+    assert rc == 0, text
+    p = data["pairs"]
+    assert p["mode"] == "coverage" and p["rounds"] == p["lower_bound"] == 1, p
+    assert p["links_covered"] == p["links_total"] == 4 * 4 * 2, p  # 4 hosts x 4 rails x 2 directions
+    assert "COVERAGE (1 rounds, lower bound 1; links covered 32/32" in text
 
 
 FAULTS = [

@@ -86,7 +86,13 @@ def test_healthy_two_tier_covers_every_cable_in_few_rounds(two_tier, tmp_path):
     assert p["mode"] == "coverage", text
     # every cable, both directions: 8 host cables + 8 ISLs per fabric, two fabrics
     assert p["links_total"] == 2 * 2 * (HOSTS + 8), p
-    assert p["links_covered"] == p["links_total"], text
+    ib, roce = p["fabrics"]
+    assert ib["links_covered"] == ib["links_total"] == 2 * (HOSTS + 8), ib  # InfiniBand: every cable
+    assert not ib["unroutable"] and not ib["not_covered"], ib
+    # RoCE: every host cable; the ISLs' ECMP paths are proven only by switch counters, which this
+    # run does not read yet -- reported as not observed (a skip), never claimed
+    assert roce["links_covered"] == 2 * HOSTS, roce
+    assert any("not observed" in r["message"] for r in data["results"] if r["status"] == "skip"), text
     assert p["rounds"] < HOSTS - 1, text  # the circle method needs N-1 = 7 rounds
     assert p["rounds"] <= 3 * p["lower_bound"], text
     assert f"lower bound {p['lower_bound']}" in text
@@ -142,8 +148,10 @@ def test_pfc_off_on_one_spine_port_fails_only_roce_through_it(two_tier, tmp_path
     failed = bad(data)
     assert failed, text
     assert all(r["check"] == "isolation" or "mlx5_1" in (r["device"] or "") for r in failed), text
-    # the tests that failed crossed leaf1 <-> spine1; the cause names the spine port that lost PFC
-    assert any("spine1 swp1" in (r.get("cause") or "") + r["message"] for r in failed), text
+    # the tests that failed crossed leaf1 (spine1 swp1 is its link): isolation narrows it to the ECMP
+    # paths in and out of leaf1 (naming the spine port needs the switch counters: not read yet)
+    names = [r["message"] for r in failed if r["check"] == "isolation"]
+    assert names and all("ECMP paths" in n and "leaf1" in n for n in names), text
     rc, _data, text = verify(tmp_path, "--only", "pairs")
     assert rc == 0, text
 
