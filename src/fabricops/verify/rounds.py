@@ -183,7 +183,12 @@ def _run_round(
         if t.qps:
             o["bw_qps"] = max(int(o.get("bw_qps", 1)), t.qps)
         rt = t.rail_test(fp.rail.index)
-        return pairs.run_test(run, rt, {}, profile, fp.rail.rate_gbps, o, pairs.TESTS, fp.rail)
+        results = pairs.run_test(run, rt, {}, profile, fp.rail.rate_gbps, o, pairs.TESTS, fp.rail)
+        # each end's leaf: engine.explain_roce reads the inter-switch link ends between two leaves
+        leaves = {t.src[0]: fp.fabric.leaf_of(t.src), t.dst[0]: fp.fabric.leaf_of(t.dst)}
+        for r in results:
+            r.details.setdefault("switches", dict(leaves))
+        return results
 
     out: dict[tuple[int, coverage.Test], list[CheckResult]] = {}
     if serial:

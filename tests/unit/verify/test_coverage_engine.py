@@ -333,3 +333,45 @@ def test_roce_capacity_two_tests_per_leaf_only_when_an_uplink_carries_two_ports(
         for rnd in plan2.rounds
     ]
     assert max(per_round) <= 2
+
+
+def test_coverage_pair_results_carry_each_hosts_leaf_for_the_isl_explanation():
+    """engine.explain_roce reads the inter-switch link ends of a failed cross-leaf RoCE pair only
+    when the result says which switch each host is on (details.switches)."""
+    from fabricops.model.profiles import load_profile
+    from fabricops.verify import rounds
+    from fabricops.verify.engine import explain_roce
+
+    _hosts, cab, links, rail, rng = _roce()
+    plans, _why = rounds.plan_fabrics([rail], cab, links, {})
+    fab = plans[0].fabric
+    opts = {"bw_size": 8388608, "bw_qps": 1, "lat_size": 2, "base_port": 18515, "timeout_s": 60,
+            "connect_retries": 5, "server_start_s": 0}
+    cr = rounds.run_coverage(RoceFabric(fab, rng).run, plans, load_profile("hgx-h100-ndr"), opts)
+    tests = [r for r in cr.results if r.check in ("ib_write_bw", "ib_write_lat")]
+    assert tests
+    for r in tests:
+        c, s = r.details["client"], r.details["server"]
+        assert r.details["switches"] == {c: fab.leaf_of((c, "mlx5_1/1")), s: fab.leaf_of((s, "mlx5_1/1"))}
+    cross = next(r for r in tests if len(set(r.details["switches"].values())) == 2)
+    a, b = sorted(set(cross.details["switches"].values()))
+
+    class Reader:  # the switch side: one spine port lost PFC on the lossless priority
+        def __init__(self):
+            self.reads = []
+
+        def __call__(self, switch, ports):
+            self.reads.append((switch, list(ports)))
+            return {p: (["PFC off on priority 3"] if (switch, p) == ("spine1", f"swp{a[-1]}") else [])
+                    for p in ports}
+
+        def isl_path(self, x, y):
+            from fabricops.verify.switchstate import isl_path
+
+            return isl_path(links, x, y)
+
+    cross.status, cross.cause = "fail", "below 90% of 400 Gb/s"
+    reader = Reader()
+    explain_roce([cross], [rail], [], reader)
+    assert {sw for sw, _ports in reader.reads} >= {a, b, "spine1", "spine2"}
+    assert f"spine1 swp{a[-1]} (inter-switch link to {a} swp31): PFC off on priority 3" in cross.cause
