@@ -482,11 +482,7 @@ class OnyxSwitch:
             rx, tx = self.port_counters(p)
             blocks.append((p, {"Rx": rx, "Tx": tx}))
         if as_json:
-            if self.traits["api"]:
-                doc: Any = [{p: [f]} for p, f in blocks]
-            else:
-                doc = [{**f, "header": p} for p, f in blocks]
-            return json.dumps(doc, indent=4) + "\n"
+            return self._port_blocks_json(blocks)
         lines = []
         for p, f in blocks:
             lines.append(f"{p}:")
@@ -531,11 +527,7 @@ class OnyxSwitch:
                 "Rx": rx,
             }))
         if as_json:
-            if self.traits["api"]:
-                doc: Any = [{p: [f]} for p, f in blocks]
-            else:
-                doc = [{**f, "header": p} for p, f in blocks]
-            return json.dumps(doc, indent=4) + "\n"
+            return self._port_blocks_json(blocks)
         lines = []
         for p, f in blocks:
             lines.append(f"{p}:")
@@ -676,6 +668,14 @@ class OnyxSwitch:
             lines.append("")
         lines.append("Exception list: N/A")
         return "\n".join(lines) + "\n"
+
+    def _port_blocks_json(self, blocks: list[tuple[str, dict[str, Any]]]) -> str:
+        """Per-port blocks as this release's `| json-print` shapes them (api: {port: [fields]})."""
+        if self.traits["api"]:
+            doc: Any = [{p: [f]} for p, f in blocks]
+        else:
+            doc = [{**f, "header": p} for p, f in blocks]
+        return json.dumps(doc, indent=4) + "\n"
 
     def show_lldp_remote(self, ports: list[str]) -> str:
         """`show lldp interfaces ethernet [1/N] remote`: the cabling as built next to the fabric file
