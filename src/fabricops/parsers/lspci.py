@@ -80,7 +80,7 @@ def _new_device(m: re.Match[str]) -> dict[str, Any]:
 
 
 @bounded(TOOL, max_mb=16)
-def parse(text: str) -> dict[str, list[dict[str, Any]]]:
+def parse(text: str) -> dict:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
     devices: list[dict[str, Any]] = []
