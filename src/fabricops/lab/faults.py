@@ -372,7 +372,8 @@ def _pcie_device(hw: dict[str, Any], spec: str) -> dict[str, Any]:
     """An HCA name, ``GPU<N>`` or a BDF -> its entry in hardware.json pcie.devices."""
     devs = (hw.get("pcie") or {}).get("devices") or []
     if not devs:
-        raise FaultError(f"{hw.get('host', 'the host')} has no emulated PCIe tree (hardware.json has no 'pcie'; "
+        raise FaultError(f"{hw.get('host', 'the host')} has no emulated PCIe tree "
+                         "(hardware.json has no 'pcie'; "
                          "re-create the lab with this version)")
     for d in devs:
         if spec in (d.get("name"), d.get("bdf")) and d.get("kind") in ("gpu", "hca"):
@@ -395,7 +396,8 @@ def plan_pcie_downtrained(host: str, args: list[str]) -> Plan:
     if len(args) >= 2:
         token = args[1].lower().removeprefix("x")
         if not token.isdigit() or int(token) not in PCIE_WIDTHS:
-            raise FaultError(f"WIDTH must be a PCIe width like 8 or x8 (one of {', '.join(map(str, PCIE_WIDTHS))}), "
+            widths = ", ".join(map(str, PCIE_WIDTHS))
+            raise FaultError(f"WIDTH must be a PCIe width like 8 or x8 (one of {widths}), "
                              f"not {args[1]!r}")
         width = int(token)
     if len(args) == 3:
@@ -405,7 +407,8 @@ def plan_pcie_downtrained(host: str, args: list[str]) -> Plan:
         except ValueError:
             speed = -1.0
         if speed not in PCIE_SPEEDS:
-            raise FaultError(f"SPEED must be a PCIe speed in GT/s (one of {', '.join(f'{v:g}' for v in PCIE_SPEEDS)}), "
+            speeds = ", ".join(f"{v:g}" for v in PCIE_SPEEDS)
+            raise FaultError(f"SPEED must be a PCIe speed in GT/s (one of {speeds}), "
                              f"not {args[2]!r}")
     hw = _load_hw(host)
     dev = _pcie_device(hw, args[0])
@@ -414,7 +417,8 @@ def plan_pcie_downtrained(host: str, args: list[str]) -> Plan:
         raise FaultError(f"{dev['name']} is capable of x{cap.get('width')} {cap.get('speed_gts'):g} GT/s; "
                          f"x{width} {speed:g} GT/s is not below that")
     if width == int(cap["width"]) and speed == float(cap["speed_gts"]):
-        raise FaultError(f"x{width} {speed:g} GT/s is {dev['name']}'s full capability, not a downtrained link")
+        raise FaultError(f"x{width} {speed:g} GT/s is {dev['name']}'s full capability, "
+                         "not a downtrained link")
     for d in (dev, _pcie_parent(hw, dev)):
         if d is not None:
             d["lnksta"] = {"speed_gts": speed, "width": width}

@@ -329,13 +329,15 @@ def pcie_tree(hcas: list[dict[str, Any]], gpus: list[dict[str, Any]],
         link = {"lnkcap": dict(PCIE_GEN5), "lnksta": dict(PCIE_GEN5)}
         devices.append({"bdf": f"0000:{sec - 1:02x}:01.0", "kind": "root_port", "name": f"rp{n}",
                         "bus": {"primary": sec - 1, "secondary": sec, "subordinate": sub},
-                        **link, "acs_cap": dict(acs_cap), "acs_ctl": dict(acs_off), "iommu_group": root_group})
+                        **link, "acs_cap": dict(acs_cap), "acs_ctl": dict(acs_off),
+                        "iommu_group": root_group})
         devices.append({"bdf": f"0000:{sec:02x}:00.0", "kind": "upstream_port", "name": f"sw{n}",
                         "bus": {"primary": sec, "secondary": sec + 1, "subordinate": sub},
                         **{k: dict(v) for k, v in link.items()}, "iommu_group": switch_group})
         for slot, bus in enumerate(sorted({_bdf_bus(m) for m in members})):
             devices.append({"bdf": f"0000:{sec + 1:02x}:{slot:02x}.0", "kind": "downstream_port",
-                            "name": f"sw{n}.{slot}", "bus": {"primary": sec + 1, "secondary": bus, "subordinate": bus},
+                            "name": f"sw{n}.{slot}",
+                            "bus": {"primary": sec + 1, "secondary": bus, "subordinate": bus},
                             **{k: dict(v) for k, v in link.items()}, "acs_cap": dict(acs_cap),
                             "acs_ctl": dict(acs_off), "iommu_group": switch_group})
         for m in sorted(members):

@@ -31,10 +31,14 @@ _HEADER = re.compile(
     r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\s+([^:]+?):\s+(.*)$"
 )
 _CLASS_ID = re.compile(r"\s*\[[0-9a-fA-F]{4}\]$")
-_BUS = re.compile(r"^Bus:\s+primary=([0-9a-fA-F]{2}),\s*secondary=([0-9a-fA-F]{2}),\s*"
-                  r"subordinate=([0-9a-fA-F]{2})")
-_EXPRESS = re.compile(r"^Capabilities:\s+\[[0-9a-fA-F]+\]\s+Express\s+(?:\(v\d+\)\s+)?(.+?)"
-                      r"(?:\s+\(Slot[+-]\))?(?:,\s*(?:MSI|IntMsgNum)\s.*)?$")
+_BUS = re.compile(
+    r"^Bus:\s+primary=([0-9a-fA-F]{2}),\s*secondary=([0-9a-fA-F]{2}),\s*"
+    r"subordinate=([0-9a-fA-F]{2})"
+)
+_EXPRESS = re.compile(
+    r"^Capabilities:\s+\[[0-9a-fA-F]+\]\s+Express\s+(?:\(v\d+\)\s+)?(.+?)"
+    r"(?:\s+\(Slot[+-]\))?(?:,\s*(?:MSI|IntMsgNum)\s.*)?$"
+)
 _SPEED = re.compile(r"Speed\s+([\d.]+)\s*GT/s(\s*\(downgraded\))?")
 _WIDTH = re.compile(r"Width\s+x(\d+)(\s*\(downgraded\))?")
 _FLAG = re.compile(r"\b([A-Za-z]+)([+-])")
@@ -104,8 +108,11 @@ def parse(text: str) -> dict:
             b = _BUS.match(item)
             if b:
                 dev["bridge"] = True
-                dev["bus"] = {"primary": int(b.group(1), 16), "secondary": int(b.group(2), 16),
-                              "subordinate": int(b.group(3), 16)}
+                dev["bus"] = {
+                    "primary": int(b.group(1), 16),
+                    "secondary": int(b.group(2), 16),
+                    "subordinate": int(b.group(3), 16),
+                }
         elif item.startswith("Capabilities:"):
             if "<access denied>" in item:
                 dev["access_denied"] = True
@@ -114,22 +121,25 @@ def parse(text: str) -> dict:
                 if e:
                     dev["port_type"] = e.group(1).strip()
         elif item.startswith("LnkCap:") and dev["lnkcap"] is None:
-            dev["lnkcap"] = _link(item[len("LnkCap:"):], status=False)
+            dev["lnkcap"] = _link(item[len("LnkCap:") :], status=False)
         elif item.startswith("LnkSta:") and dev["lnksta"] is None:
-            dev["lnksta"] = _link(item[len("LnkSta:"):], status=True)
+            dev["lnksta"] = _link(item[len("LnkSta:") :], status=True)
         elif item.startswith("ACSCap:") and dev["acs_cap"] is None:
-            dev["acs_cap"] = _acs(item[len("ACSCap:"):])
+            dev["acs_cap"] = _acs(item[len("ACSCap:") :])
         elif item.startswith("ACSCtl:") and dev["acs_ctl"] is None:
-            dev["acs_ctl"] = _acs(item[len("ACSCtl:"):])
+            dev["acs_ctl"] = _acs(item[len("ACSCtl:") :])
     if not devices:
         raise ParseError(TOOL, EXPECTED, "no device line like '0000:18:00.0 3D controller: ...' found")
     if not any(d["_details"] for d in devices):
-        raise ParseError(TOOL, EXPECTED, "device lines without any detail lines: that is plain `lspci`, "
-                                         "run `lspci -vvv`")
+        raise ParseError(
+            TOOL, EXPECTED, "device lines without any detail lines: that is plain `lspci`, run `lspci -vvv`"
+        )
     seen: set[str] = set()
     for d in devices:
         if d["bdf"] in seen:
-            raise ParseError(TOOL, EXPECTED, f"device {d['bdf']} is listed twice (two captures pasted together?)")
+            raise ParseError(
+                TOOL, EXPECTED, f"device {d['bdf']} is listed twice (two captures pasted together?)"
+            )
         seen.add(d["bdf"])
         del d["_details"]
     return {"devices": devices}
@@ -146,8 +156,7 @@ def _bus(bdf: str) -> int:
 def parents(devices: list[dict[str, Any]]) -> dict[str, str | None]:
     """bdf -> the bridge it hangs off (the bridge of its domain whose secondary bus is the device's
     bus), or None for a device on a root bus."""
-    by_secondary = {(_domain(d["bdf"]), d["bus"]["secondary"]): d["bdf"]
-                    for d in devices if d.get("bus")}
+    by_secondary = {(_domain(d["bdf"]), d["bus"]["secondary"]): d["bdf"] for d in devices if d.get("bus")}
     return {d["bdf"]: by_secondary.get((_domain(d["bdf"]), _bus(d["bdf"]))) for d in devices}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -49,6 +50,7 @@ def parsed(*argv: str) -> dict[str, dict]:
 
 # --- the tree in hardware.json ---------------------------------------------------------------
 
+
 def test_tree_keeps_gpu_and_hca_addresses_and_bus_ranges_are_consistent():
     hw = host_hw()
     devs = {d["bdf"]: d for d in hw["pcie"]["devices"]}
@@ -68,7 +70,9 @@ def test_tree_keeps_gpu_and_hca_addresses_and_bus_ranges_are_consistent():
         assert pb["secondary"] == bus <= pb["subordinate"]
         if d.get("bus"):  # a bridge's range sits inside its parent's
             assert pb["secondary"] < d["bus"]["secondary"] <= d["bus"]["subordinate"] <= pb["subordinate"]
-    kinds = [devs[p]["kind"] for p in (up["0000:18:00.0"], up[up["0000:18:00.0"]], up[up[up["0000:18:00.0"]]])]
+    kinds = [
+        devs[p]["kind"] for p in (up["0000:18:00.0"], up[up["0000:18:00.0"]], up[up[up["0000:18:00.0"]]])
+    ]
     assert kinds == ["downstream_port", "upstream_port", "root_port"]
     # each HCA shares a switch with the GPUs nic_affinity pairs it with
     for hca in hw["hcas"]:
@@ -80,14 +84,16 @@ def test_tree_keeps_gpu_and_hca_addresses_and_bus_ranges_are_consistent():
 
 
 def test_tree_of_a_two_gpu_host_has_no_overlapping_ranges():
-    hw = hardware.hardware_json(TOPO, dict(TOPO["hosts"][0], gpus=dict(TOPO["hosts"][0]["gpus"], count=2)),
-                                kernel="k")
+    hw = hardware.hardware_json(
+        TOPO, dict(TOPO["hosts"][0], gpus=dict(TOPO["hosts"][0]["gpus"], count=2)), kernel="k"
+    )
     bridges = [d["bus"] for d in hw["pcie"]["devices"] if d["kind"] == "root_port"]
     spans = sorted((b["primary"], b["subordinate"]) for b in bridges)
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
 
 
 # --- emulated lspci -----------------------------------------------------------------------------
+
 
 def test_lspci_vvv_parses_into_the_tree_hardware_json_describes(root):
     hw = host_hw()
@@ -95,8 +101,13 @@ def test_lspci_vvv_parses_into_the_tree_hardware_json_describes(root):
     want = {d["bdf"]: d for d in hw["pcie"]["devices"]}
     assert set(got) == set(want)
     assert parser.parents(list(got.values())) == pci.parents(list(want.values()))
-    types = {"root_port": "Root Port", "upstream_port": "Upstream Port", "downstream_port": "Downstream Port",
-             "gpu": "Endpoint", "hca": "Endpoint"}
+    types = {
+        "root_port": "Root Port",
+        "upstream_port": "Upstream Port",
+        "downstream_port": "Downstream Port",
+        "gpu": "Endpoint",
+        "hca": "Endpoint",
+    }
     for bdf, d in want.items():
         g = got[bdf]
         assert g["port_type"] == types[d["kind"]], bdf
@@ -122,7 +133,10 @@ def test_lspci_address_forms_and_slot_selection(root):
     assert list(parsed("-D", "-vvv", "-s", "0000:18:00.0")) == ["0000:18:00.0"]
     assert sorted(parsed("-vvv", "-s", "17:")) == ["0000:17:00.0", "0000:17:01.0", "0000:17:02.0"]
     rc, out, _ = run_lspci("-nn", "-s", "18:00.0")
-    assert out == "18:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)\n"
+    assert (
+        out
+        == "18:00.0 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)\n"
+    )
     rc, out, _ = run_lspci("-n", "-s", "1a:00.0")
     assert out == "1a:00.0 0207: 15b3:1021 (rev 00)\n"
 
@@ -142,6 +156,7 @@ def test_lspci_without_root_prints_access_denied(root, monkeypatch):
 
 
 # --- sysfs --------------------------------------------------------------------------------------
+
 
 def test_sysfs_link_files_and_iommu_groups(root):
     hwctl.sync(mount=False)
@@ -172,13 +187,18 @@ def test_sysfs_drops_a_gpu_that_fell_off_the_bus(root):
 
 # --- faults -------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def lab(tmp_path, monkeypatch):
     state = tmp_path / "state"
     monkeypatch.setattr(paths, "STATE_DIR", state)
     monkeypatch.setenv("FABRICOPS_LAB_DIR", str(state))
-    lab = {"name": TOPO["name"], "topology": TOPO,
-           "hosts": {h["name"]: {"mgmt_ip": h["mgmt_ip"]} for h in TOPO["hosts"]}, "switches": {}}
+    lab = {
+        "name": TOPO["name"],
+        "topology": TOPO,
+        "hosts": {h["name"]: {"mgmt_ip": h["mgmt_ip"]} for h in TOPO["hosts"]},
+        "switches": {},
+    }
     paths.save_lab(lab)
     for i, h in enumerate(TOPO["hosts"]):
         p = paths.host_dir(h["name"]) / "hw" / "hardware.json"
@@ -199,8 +219,11 @@ def changed(before: dict, after: dict) -> dict[str, dict]:
     a = {d["bdf"]: d for d in before["pcie"]["devices"]}
     b = {d["bdf"]: d for d in after["pcie"]["devices"]}
     assert set(a) == set(b)
-    return {k: {f: (a[k].get(f), b[k].get(f)) for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f)}
-            for k in a if a[k] != b[k]}
+    return {
+        k: {f: (a[k].get(f), b[k].get(f)) for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f)}
+        for k in a
+        if a[k] != b[k]
+    }
 
 
 def test_pcie_downtrained_changes_only_that_link(lab, tmp_path, monkeypatch):
@@ -223,7 +246,11 @@ def test_pcie_downtrained_changes_only_that_link(lab, tmp_path, monkeypatch):
     got = parsed("-D", "-vvv")
     assert got["0000:1a:00.0"]["lnksta"] == {"speed_gts": 16.0, "width": 8, "downgraded": True}
     assert got["0000:1a:00.0"]["lnkcap"] == full
-    assert got["0000:17:01.0"]["lnksta"] == {"speed_gts": 16.0, "width": 8, "downgraded": False}  # no marker on a DSP
+    assert got["0000:17:01.0"]["lnksta"] == {
+        "speed_gts": 16.0,
+        "width": 8,
+        "downgraded": False,
+    }  # no marker on a DSP
     assert [b for b, d in got.items() if d["lnksta"]["downgraded"]] == ["0000:1a:00.0"]
     hwctl.sync(mount=False)
     dev = root / "sys/bus/pci/devices/0000:1a:00.0"
@@ -243,13 +270,16 @@ def test_pcie_downtrained_gpu_with_width_and_speed(lab):
     assert d["bdf"] == "0000:5d:00.0" and d["lnksta"] == {"speed_gts": 8.0, "width": 4}
 
 
-@pytest.mark.parametrize(("args", "msg"), [
-    (["mlx5_9"], "no GPU or HCA 'mlx5_9'"),
-    (["mlx5_0", "12"], "WIDTH must be"),
-    (["mlx5_0", "8", "10"], "SPEED must be"),
-    (["mlx5_0", "16", "32"], "full capability"),
-    (["mlx5_0", "32"], "not below"),
-])
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["mlx5_9"], "no GPU or HCA 'mlx5_9'"),
+        (["mlx5_0", "12"], "WIDTH must be"),
+        (["mlx5_0", "8", "10"], "SPEED must be"),
+        (["mlx5_0", "16", "32"], "full capability"),
+        (["mlx5_0", "32"], "not below"),
+    ],
+)
 def test_pcie_downtrained_bad_requests_change_nothing(lab, args, msg):
     lab_, resyncs = lab
     raw = (paths.host_dir("gpu01") / "hw" / "hardware.json").read_bytes()
@@ -311,6 +341,7 @@ def test_iommu_translated_changes_every_group_type(lab, tmp_path, monkeypatch):
 
 # --- perftest PCIe cap, modinfo -----------------------------------------------------------------
 
+
 def test_perftest_rate_follows_a_downtrained_hca_link():
     hw = host_hw()
     assert perftest.pcie_capped_rate(hw, "mlx5_0", 400.0) == 400.0  # Gen5 x16 (504 Gb/s) carries 400G
@@ -322,7 +353,10 @@ def test_perftest_rate_follows_a_downtrained_hca_link():
 
 def test_perftest_local_facts_carry_the_pcie_cap(root):
     hw = host_hw()
-    next(d for d in hw["pcie"]["devices"] if d["name"] == "mlx5_0")["lnksta"] = {"speed_gts": 16.0, "width": 8}
+    next(d for d in hw["pcie"]["devices"] if d["name"] == "mlx5_0")["lnksta"] = {
+        "speed_gts": 16.0,
+        "width": 8,
+    }
     write(root, hw)
     facts, err = perftest.local_facts(perftest.parse_args("write", "bw", ["-d", "mlx5_0"]))
     assert err is None and facts["rate_gbps"] == pytest.approx(126.03, abs=0.01)

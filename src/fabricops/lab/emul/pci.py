@@ -34,7 +34,15 @@ ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "E
 # (class name, class id, vendor text, device text, vendor:device, rev, driver) per kind; names as
 # in pci.ids (Broadcom PEX890xx 1000:c030, ConnectX-7 15b3:1021, GH100 10de:2330 ...)
 BRIDGE_INTEL = ("PCI bridge", "0604", "Intel Corporation", "Device 352a", "8086:352a", "04", "pcieport")
-BRIDGE_PEX = ("PCI bridge", "0604", "Broadcom / LSI", "PEX890xx PCIe Gen 5 Switch", "1000:c030", "b0", "pcieport")
+BRIDGE_PEX = (
+    "PCI bridge",
+    "0604",
+    "Broadcom / LSI",
+    "PEX890xx PCIe Gen 5 Switch",
+    "1000:c030",
+    "b0",
+    "pcieport",
+)
 GPU_NAMES = (  # substring of hardware.json gpus[].name -> (device text, id)
     ("H200", "GH100 [H200 SXM 141GB]", "2335"),
     ("H100", "GH100 [H100 SXM5 80GB]", "2330"),
@@ -47,8 +55,13 @@ HCA_NAMES = {  # hardware.json hcas[].hca_type -> (device text, id)
     "MT4131": ("CX8 Family [ConnectX-8]", "1023"),
     "MT41692": ("MT43244 BlueField-3 integrated ConnectX-7 network controller", "a2dc"),
 }
-PORT_TYPE = {"root_port": "Root Port (Slot+)", "upstream_port": "Upstream Port",
-             "downstream_port": "Downstream Port (Slot+)", "gpu": "Endpoint", "hca": "Endpoint"}
+PORT_TYPE = {
+    "root_port": "Root Port (Slot+)",
+    "upstream_port": "Upstream Port",
+    "downstream_port": "Downstream Port (Slot+)",
+    "gpu": "Endpoint",
+    "hca": "Endpoint",
+}
 
 USAGE = """Usage: lspci [<switches>]
 
@@ -79,6 +92,7 @@ KNOWN_NOT_EMULATED = set("mtxbPdiApHFOGqQM")
 
 
 # --- the tree ---------------------------------------------------------------------------------
+
 
 def devices(hw: dict[str, Any]) -> list[dict[str, Any]]:
     """The PCIe devices of hardware.json, sorted by address; a GPU that fell off the bus
@@ -139,6 +153,7 @@ def _numa(hw: dict[str, Any], d: dict[str, Any]) -> int:
 
 # --- lspci text -----------------------------------------------------------------------------
 
+
 def _speed(gts: float) -> str:
     return f"{gts:g}GT/s"
 
@@ -168,53 +183,61 @@ def header(hw: dict[str, Any], d: dict[str, Any], numeric: int, domain: bool) ->
 
 def block(hw: dict[str, Any], d: dict[str, Any], verbose: int, root: bool) -> list[str]:
     kind = d.get("kind", "")
-    cls, _, vendor, text, _, _, driver = _ident(hw, d)
-    lines = [f"\tSubsystem: {vendor} {text}" if kind != "gpu" else "\tSubsystem: NVIDIA Corporation Device 16c1",
-             "\tControl: I/O- Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR- "
-             "FastB2B- DisINTx+",
-             "\tStatus: Cap+ 66MHz- UDF- FastB2B- ParErr- DEVSEL=fast >TAbort- <TAbort- <MAbort- >SERR- "
-             "<PERR- INTx-",
-             "\tLatency: 0, Cache Line Size: 64 bytes",
-             f"\tNUMA node: {_numa(hw, d)}"]
+    _, _, vendor, text, _, _, driver = _ident(hw, d)
+    lines = [
+        f"\tSubsystem: {vendor} {text}" if kind != "gpu" else "\tSubsystem: NVIDIA Corporation Device 16c1",
+        "\tControl: I/O- Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR- "
+        "FastB2B- DisINTx+",
+        "\tStatus: Cap+ 66MHz- UDF- FastB2B- ParErr- DEVSEL=fast >TAbort- <TAbort- <MAbort- >SERR- "
+        "<PERR- INTx-",
+        "\tLatency: 0, Cache Line Size: 64 bytes",
+        f"\tNUMA node: {_numa(hw, d)}",
+    ]
     if d.get("iommu_group") is not None and (hw.get("pcie") or {}).get("iommu_groups"):
         lines.append(f"\tIOMMU group: {d['iommu_group']}")
     if d.get("bus"):
         b = d["bus"]
-        lines += [f"\tBus: primary={b['primary']:02x}, secondary={b['secondary']:02x}, "
-                  f"subordinate={b['subordinate']:02x}, sec-latency=0",
-                  "\tI/O behind bridge: [disabled] [16-bit]",
-                  "\tMemory behind bridge: [disabled] [32-bit]",
-                  "\tSecondary status: 66MHz- FastB2B- ParErr- DEVSEL=fast >TAbort- <TAbort- <MAbort- "
-                  "<SERR- <PERR-"]
+        lines += [
+            f"\tBus: primary={b['primary']:02x}, secondary={b['secondary']:02x}, "
+            f"subordinate={b['subordinate']:02x}, sec-latency=0",
+            "\tI/O behind bridge: [disabled] [16-bit]",
+            "\tMemory behind bridge: [disabled] [32-bit]",
+            "\tSecondary status: 66MHz- FastB2B- ParErr- DEVSEL=fast >TAbort- <TAbort- <MAbort- "
+            "<SERR- <PERR-",
+        ]
     if not root:
         lines.append("\tCapabilities: <access denied>")
     else:
         lines.append(f"\tCapabilities: [68] Express (v2) {PORT_TYPE.get(kind, 'Endpoint')}, MSI 00")
         cap, sta = d.get("lnkcap") or {}, d.get("lnksta") or d.get("lnkcap") or {}
         if verbose >= 2 and cap:
-            lines += [f"\t\tLnkCap:\tPort #0, Speed {_speed(cap['speed_gts'])}, Width x{cap['width']}, "
-                      "ASPM not supported",
-                      "\t\t\tClockPM- Surprise- LLActRep+ BwNot+ ASPMOptComp+",
-                      "\t\tLnkCtl:\tASPM Disabled; RCB 64 bytes, Disabled- CommClk+",
-                      "\t\t\tExtSynch- ClockPM- AutWidDis- BWInt- AutBWInt-",
-                      f"\t\tLnkSta:\tSpeed {_speed(sta['speed_gts'])}"
-                      f"{_cmp(kind, sta['speed_gts'], cap['speed_gts'])}, Width x{sta['width']}"
-                      f"{_cmp(kind, sta['width'], cap['width'])}",
-                      "\t\t\tTrErr- Train- SlotClk+ DLActive+ BWMgmt- ABWMgmt-",
-                      f"\t\tLnkCap2: Supported Link Speeds: 2.5-{_speed(cap['speed_gts'])}, Crosslink- "
-                      "Retimer+ 2Retimers+ DRS-"]
+            lines += [
+                f"\t\tLnkCap:\tPort #0, Speed {_speed(cap['speed_gts'])}, Width x{cap['width']}, "
+                "ASPM not supported",
+                "\t\t\tClockPM- Surprise- LLActRep+ BwNot+ ASPMOptComp+",
+                "\t\tLnkCtl:\tASPM Disabled; RCB 64 bytes, Disabled- CommClk+",
+                "\t\t\tExtSynch- ClockPM- AutWidDis- BWInt- AutBWInt-",
+                f"\t\tLnkSta:\tSpeed {_speed(sta['speed_gts'])}"
+                f"{_cmp(kind, sta['speed_gts'], cap['speed_gts'])}, Width x{sta['width']}"
+                f"{_cmp(kind, sta['width'], cap['width'])}",
+                "\t\t\tTrErr- Train- SlotClk+ DLActive+ BWMgmt- ABWMgmt-",
+                f"\t\tLnkCap2: Supported Link Speeds: 2.5-{_speed(cap['speed_gts'])}, Crosslink- "
+                "Retimer+ 2Retimers+ DRS-",
+            ]
         if d.get("acs_cap") is not None:
             lines.append("\tCapabilities: [1f0 v1] Access Control Services")
             if verbose >= 2:
-                lines += [f"\t\tACSCap:\t{_acs_line(d['acs_cap'])}",
-                          f"\t\tACSCtl:\t{_acs_line(d.get('acs_ctl') or {})}"]
+                lines += [
+                    f"\t\tACSCap:\t{_acs_line(d['acs_cap'])}",
+                    f"\t\tACSCtl:\t{_acs_line(d.get('acs_ctl') or {})}",
+                ]
     lines.append(f"\tKernel driver in use: {driver}")
     lines.append(f"\tKernel modules: {driver}")
     return lines
 
 
 def _slot_filter(spec: str) -> tuple[int | None, int | None, int | None, int | None] | None:
-    """``-s [[[[<domain>]:]<bus>]:][<device>][.[<func>]]`` -> (domain, bus, dev, func), None when malformed."""
+    """``-s [[[[<domain>]:]<bus>]:][<device>][.[<func>]]`` -> (domain, bus, dev, func); None: malformed."""
     func = None
     if "." in spec:
         spec, f = spec.rsplit(".", 1)
@@ -266,7 +289,7 @@ def lspci(argv: list[str]) -> int:
             elif c == "k":
                 pass  # kernel driver lines are printed with -v anyway
             elif c == "s":
-                value = opts[k + 1:] or next(it, None)
+                value = opts[k + 1 :] or next(it, None)
                 if value is None:
                     print("lspci: option requires an argument -- 's'", file=sys.stderr)
                     print(USAGE, end="", file=sys.stderr)
@@ -277,8 +300,10 @@ def lspci(argv: list[str]) -> int:
                     return 1
                 break
             elif c in KNOWN_NOT_EMULATED:
-                print(f"lspci: option -{c} is not emulated in the fabricops lab (see docs/lab-device-contract.md)",
-                      file=sys.stderr)
+                print(
+                    f"lspci: option -{c} is not emulated in the fabricops lab (docs/lab-device-contract.md)",
+                    file=sys.stderr,
+                )
                 return 1
             else:
                 print(f"lspci: invalid option -- '{c}'", file=sys.stderr)
@@ -305,6 +330,7 @@ def lspci(argv: list[str]) -> int:
 
 # --- sysfs ------------------------------------------------------------------------------------
 
+
 class Link(str):
     """A sysfs entry that is a symlink (hwctl writes it with os.symlink)."""
 
@@ -326,8 +352,12 @@ def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
         sta = d.get("lnksta") or cap
         files = {}
         if cap:
-            files = {"max_link_speed": sysfs_speed(cap["speed_gts"]), "max_link_width": str(cap["width"]),
-                     "current_link_speed": sysfs_speed(sta["speed_gts"]), "current_link_width": str(sta["width"])}
+            files = {
+                "max_link_speed": sysfs_speed(cap["speed_gts"]),
+                "max_link_width": str(cap["width"]),
+                "current_link_speed": sysfs_speed(sta["speed_gts"]),
+                "current_link_width": str(sta["width"]),
+            }
         for name, val in files.items():
             out[f"{base}/{name}"] = val
             if d.get("kind") == "hca":
@@ -336,13 +366,16 @@ def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
         group = d.get("iommu_group")
         if group is not None and str(group) in groups:
             out[f"{base}/iommu_group"] = Link(f"../../../../kernel/iommu_groups/{group}")
-            out[f"kernel/iommu_groups/{group}/devices/{d['bdf']}"] = Link(f"../../../../bus/pci/devices/{d['bdf']}")
+            out[f"kernel/iommu_groups/{group}/devices/{d['bdf']}"] = Link(
+                f"../../../../bus/pci/devices/{d['bdf']}"
+            )
     for group, gtype in groups.items():
         out[f"kernel/iommu_groups/{group}/type"] = str(gtype)
     return out
 
 
 # --- the perftest hook --------------------------------------------------------------------------
+
 
 #: PCIe line code: 128b/130b from 8 GT/s (Gen3) on, 8b/10b below (PCIe base spec 3.0 §4.2).
 def pcie_gbps(speed_gts: float, width: int) -> float:
