@@ -65,7 +65,7 @@ def test_numeric_class_is_dropped_from_class_and_express_type_read():
 
 # Lines as real lspci prints them: NVIDIA/nccl#304 (ACSCtl with ACS redirect on a PLX port),
 # Xilinx/SLASH#55 (speed downgraded, width ok), geerlingguy/raspberry-pi-pcie-devices#480 (both),
-# raspberrypi/linux#6190 (older pciutils: no (ok) markers).
+# raspberrypi/linux#6190 (older pciutils: no (ok) markers), aristanetworks/sonic#71 (width only).
 BLOCK = """0000:17:01.0 PCI bridge: PLX Technology, Inc. PEX 8747 48-Lane, 5-Port Switch (rev ca)
 \tBus: primary=17, secondary=19, subordinate=1a, sec-latency=0
 \tCapabilities: [68] Express (v2) Downstream Port (Slot+), MSI 00
@@ -84,6 +84,10 @@ BLOCK = """0000:17:01.0 PCI bridge: PLX Technology, Inc. PEX 8747 48-Lane, 5-Por
 \tCapabilities: [68] Express (v2) Legacy Endpoint, MSI 00
 \t\tLnkCap:\tPort #0, Speed 8GT/s, Width x16, ASPM L0s L1, Exit Latency L0s <512ns, L1 <4us
 \t\tLnkSta:\tSpeed 5GT/s (downgraded), Width x1 (downgraded)
+0000:1b:00.0 Ethernet controller: Broadcom Inc. and subsidiaries Device b960 (rev 11)
+\tCapabilities: [ac] Express (v2) Endpoint, MSI 00
+\t\tLnkCap:\tPort #0, Speed 8GT/s, Width x4, ASPM not supported
+\t\tLnkSta:\tSpeed 8GT/s (ok), Width x1 (downgraded)
 """
 
 
@@ -107,6 +111,7 @@ def test_link_and_acs_lines():
     assert d["0000:19:00.0"]["acs_ctl"] is None
     assert d["0000:1a:00.0"]["lnksta"] == {"speed_gts": 5.0, "width": 1, "downgraded": True}
     assert d["0000:1a:00.0"]["port_type"] == "Legacy Endpoint"
+    assert d["0000:1b:00.0"]["lnksta"] == {"speed_gts": 8.0, "width": 1, "downgraded": True}
     assert lspci.parents(list(d.values()))["0000:19:00.0"] == "0000:17:01.0"
 
 
