@@ -419,7 +419,11 @@ def plan_pcie_downtrained(host: str, args: list[str]) -> Plan:
     if width == int(cap["width"]) and speed == float(cap["speed_gts"]):
         raise FaultError(f"x{width} {speed:g} GT/s is {dev['name']}'s full capability, "
                          "not a downtrained link")
-    for d in (dev, _pcie_parent(hw, dev)):
+    # one link: the device's functions (a dual-port card's mlx5_2 and mlx5_3 at aa:00.0/.1) and
+    # the downstream port at its other end all report it
+    slot = dev["bdf"].rsplit(".", 1)[0]
+    same_link = [d for d in hw["pcie"]["devices"] if d["bdf"].rsplit(".", 1)[0] == slot]
+    for d in [*same_link, _pcie_parent(hw, dev)]:
         if d is not None:
             d["lnksta"] = {"speed_gts": speed, "width": width}
     return _hw_plan(host, hw, f"{dev['name']} ({dev['bdf']}) PCIe link trained at x{width} {speed:g} GT/s "

@@ -377,3 +377,14 @@ def test_modinfo_license_of_nvidia_follows_gpu_kernel_module(root, flavour, lice
 def test_modinfo_of_a_module_the_lab_does_not_emulate_goes_to_kmod(root, capsys):
     assert services.modinfo(["-F", "license", "ext4"]) == 1  # EMUL_ROOT set: the real modinfo is not run
     assert "ext4" in capsys.readouterr().err
+
+
+def test_pcie_downtrained_takes_every_function_of_the_card_along(lab):
+    lab_, _ = lab
+    before = lab_hw()
+    faults.inject("gpu01", "pcie-downtrained", ["mlx5_2"], lab_)
+    low = {"speed_gts": 16.0, "width": 8}
+    diff = changed(before, lab_hw())
+    # mlx5_2 and mlx5_3 are the two functions of one card (aa:00.0/.1): one link, one downstream port
+    assert sorted(diff) == ["0000:99:01.0", "0000:aa:00.0", "0000:aa:00.1"]
+    assert all(v["lnksta"][1] == low for v in diff.values())
