@@ -166,9 +166,14 @@ def test_sysfs_link_files_and_iommu_groups(root):
     assert (dev / "max_link_speed").read_text() == "32.0 GT/s PCIe\n"
     assert (root / "sys/class/infiniband/mlx5_0/device/current_link_width").read_text() == "16\n"
     link = dev / "iommu_group"
-    assert link.is_symlink() and os.readlink(link) == "../../../../kernel/iommu_groups/11"
+    # laid out as the kernel does: bus/pci/devices/BDF -> the device under its bridges
+    chain = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:1a:00.0"
+    assert os.readlink(root / "sys/bus/pci/devices/0000:1a:00.0") == f"../../../{chain}"
+    assert link.is_symlink() and os.readlink(link) == "../../../../../../kernel/iommu_groups/11"
+    assert link.resolve() == (root / "sys/kernel/iommu_groups/11").resolve()
     assert (link / "type").read_text() == "identity\n"
-    assert (root / "sys/kernel/iommu_groups/11/devices/0000:18:00.0").is_symlink()
+    member = root / "sys/kernel/iommu_groups/11/devices/0000:18:00.0"
+    assert member.is_symlink() and (member / "current_link_width").read_text() == "16\n"
     groups = sorted(p.name for p in (root / "sys/kernel/iommu_groups").iterdir())
     assert groups == sorted(host_hw()["pcie"]["iommu_groups"])
 

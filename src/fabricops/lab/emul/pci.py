@@ -340,14 +340,30 @@ def sysfs_speed(gts: float) -> str:
     return f"{gts:.1f} GT/s PCIe"
 
 
+def device_path(devs: list[dict[str, Any]], bdf: str) -> str:
+    """The device's directory under /sys as the kernel lays it out: the chain of bridges from its
+    root bus down (``devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:1a:00.0``)."""
+    up = parents(devs)
+    chain = [bdf]
+    while up.get(chain[-1]) is not None and up[chain[-1]] not in chain:
+        chain.append(up[chain[-1]])  # type: ignore[arg-type]
+    top = chain[-1]
+    return "/".join([f"devices/pci{top[:4]}:{top[5:7]}", *reversed(chain)])
+
+
 def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
-    """rel path -> content for the PCIe tree: ``bus/pci/devices/BDF/{current,max}_link_{speed,width}``,
-    ``iommu_group`` (symlink), ``kernel/iommu_groups/N/{type,devices/BDF}``, and the HCAs'
+    """rel path -> content for the PCIe tree, laid out as the kernel does: the device directories
+    under ``devices/pciDDDD:BB/...`` with ``{current,max}_link_{speed,width}``, ``numa_node`` and
+    the ``iommu_group`` symlink; ``bus/pci/devices/BDF`` symlinks to them;
+    ``kernel/iommu_groups/N/{type,devices/BDF}``; and the HCAs'
     ``class/infiniband/DEV/device/*_link_*`` (the same device seen from the RDMA side)."""
     out: dict[str, str | Link] = {}
     groups = (hw.get("pcie") or {}).get("iommu_groups") or {}
-    for d in devices(hw):
-        base = f"bus/pci/devices/{d['bdf']}"
+    devs = devices(hw)
+    for d in devs:
+        base = device_path(devs, d["bdf"])
+        up_to_sys = "../" * len(base.split("/"))
+        out[f"bus/pci/devices/{d['bdf']}"] = Link(f"../../../{base}")
         cap = d.get("lnkcap") or {}
         sta = d.get("lnksta") or cap
         files = {}
@@ -365,10 +381,8 @@ def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
         out[f"{base}/numa_node"] = str(_numa(hw, d))
         group = d.get("iommu_group")
         if group is not None and str(group) in groups:
-            out[f"{base}/iommu_group"] = Link(f"../../../../kernel/iommu_groups/{group}")
-            out[f"kernel/iommu_groups/{group}/devices/{d['bdf']}"] = Link(
-                f"../../../../bus/pci/devices/{d['bdf']}"
-            )
+            out[f"{base}/iommu_group"] = Link(f"{up_to_sys}kernel/iommu_groups/{group}")
+            out[f"kernel/iommu_groups/{group}/devices/{d['bdf']}"] = Link(f"../../../../{base}")
     for group, gtype in groups.items():
         out[f"kernel/iommu_groups/{group}/type"] = str(gtype)
     return out
