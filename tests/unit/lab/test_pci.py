@@ -393,3 +393,35 @@ def test_pcie_downtrained_takes_every_function_of_the_card_along(lab):
     # mlx5_2 and mlx5_3 are the two functions of one card (aa:00.0/.1): one link, one downstream port
     assert sorted(diff) == ["0000:99:01.0", "0000:aa:00.0", "0000:aa:00.1"]
     assert all(v["lnksta"][1] == low for v in diff.values())
+
+
+def test_hosts_get_the_lspci_and_modinfo_front_ends(tmp_path):
+    from fabricops.lab import hosts
+
+    hosts.install_emulated_software(tmp_path)
+    lspci_wrapper = (tmp_path / "usr/local/bin/lspci").read_text()
+    assert 'main("lspci"' in lspci_wrapper and os.access(tmp_path / "usr/local/bin/lspci", os.X_OK)
+    assert 'main("modinfo"' in (tmp_path / "usr/local/sbin/modinfo").read_text()
+    assert (tmp_path / hosts.EMUL_TARGET / "emul/pci.py").is_file()
+    from fabricops.lab.emul import tools
+
+    assert tools.TOOLS["lspci"] == "pci:lspci"
+
+
+def test_the_copied_emul_package_runs_lspci_on_its_own(tmp_path, root):
+    """As in a lab host: the copied emul package, a plain python3, no fabricops on the path."""
+    import subprocess
+    import sys
+
+    from fabricops.lab import hosts
+
+    hosts.install_emulated_software(tmp_path / "host")
+    target = tmp_path / "host" / hosts.EMUL_TARGET
+    code = f"import sys; sys.path.insert(0, {str(target)!r}); from emul.tools import main; " \
+           "sys.exit(main('lspci', ['-D', '-vvv']))"
+    env = {"EMUL_ROOT": str(root), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, env=env,
+                          check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = {d["bdf"] for d in parser.parse(proc.stdout)["devices"]}
+    assert got == {d["bdf"] for d in host_hw()["pcie"]["devices"]}
