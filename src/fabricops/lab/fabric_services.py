@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parent / "data" / "fabric_services"
 FM_VERSIONS: tuple[str, ...] = ("550.54.14", "550.54.15")
 FM_REPO = "nvidia-fabricmanager"
 OPENSM_VERSION = "5.18.0.MLNX20240128.3f266a48-0.1.2410114"
-MODULE_TOOLS = ("modprobe", "lsmod", "rmmod")
+MODULE_TOOLS = ("modprobe", "lsmod", "rmmod", "modinfo")
 SM_UNITS = ("emulated-hw-sm.path", "emulated-hw-sm.service")
 
 

@@ -362,6 +362,113 @@ def plan_driver_version(host: str, args: list[str]) -> Plan:
     return _hw_plan(host, hw, f"NVIDIA driver {args[0]} (was {old}); the fabric manager must match it")
 
 
+# --- PCIe faults (SPEC-19 C; hardware.json "pcie", docs/lab-faults.md) -------------------------
+
+PCIE_SPEEDS = (2.5, 5.0, 8.0, 16.0, 32.0, 64.0)  # GT/s of PCIe Gen1..Gen6
+PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+def _pcie_device(hw: dict[str, Any], spec: str) -> dict[str, Any]:
+    """An HCA name, ``GPU<N>`` or a BDF -> its entry in hardware.json pcie.devices."""
+    devs = (hw.get("pcie") or {}).get("devices") or []
+    if not devs:
+        raise FaultError(f"{hw.get('host', 'the host')} has no emulated PCIe tree "
+                         "(hardware.json has no 'pcie'; "
+                         "re-create the lab with this version)")
+    for d in devs:
+        if spec in (d.get("name"), d.get("bdf")) and d.get("kind") in ("gpu", "hca"):
+            return d
+    names = [d["name"] for d in devs if d.get("kind") in ("gpu", "hca")]
+    raise FaultError(f"{hw.get('host', 'the host')} has no GPU or HCA {spec!r} on its PCIe tree "
+                     f"(one of {', '.join(names)})")
+
+
+def _pcie_parent(hw: dict[str, Any], dev: dict[str, Any]) -> dict[str, Any] | None:
+    bus = int(dev["bdf"].split(":")[1], 16)
+    return next((d for d in hw["pcie"]["devices"] if (d.get("bus") or {}).get("secondary") == bus), None)
+
+
+def plan_pcie_downtrained(host: str, args: list[str]) -> Plan:
+    """The link of an HCA or GPU trained below its capability: LnkSta / current_link_* drop (on the
+    device and on the switch port at the other end of that link), LnkCap / max_link_* stay."""
+    _nargs("pcie-downtrained", args, 1, 3, "DEV|GPU<N> [WIDTH] [SPEED] (e.g. mlx5_0 8 16)")
+    width, speed = 8, 16.0
+    if len(args) >= 2:
+        token = args[1].lower().removeprefix("x")
+        if not token.isdigit() or int(token) not in PCIE_WIDTHS:
+            widths = ", ".join(map(str, PCIE_WIDTHS))
+            raise FaultError(f"WIDTH must be a PCIe width like 8 or x8 (one of {widths}), "
+                             f"not {args[1]!r}")
+        width = int(token)
+    if len(args) == 3:
+        token = args[2].lower().replace(" ", "").removesuffix("gt/s")
+        try:
+            speed = float(token)
+        except ValueError:
+            speed = -1.0
+        if speed not in PCIE_SPEEDS:
+            speeds = ", ".join(f"{v:g}" for v in PCIE_SPEEDS)
+            raise FaultError(f"SPEED must be a PCIe speed in GT/s (one of {speeds}), "
+                             f"not {args[2]!r}")
+    hw = _load_hw(host)
+    dev = _pcie_device(hw, args[0])
+    cap = dev.get("lnkcap") or {}
+    if width > int(cap.get("width", 0)) or speed > float(cap.get("speed_gts", 0)):
+        raise FaultError(f"{dev['name']} is capable of x{cap.get('width')} {cap.get('speed_gts'):g} GT/s; "
+                         f"x{width} {speed:g} GT/s is not below that")
+    if width == int(cap["width"]) and speed == float(cap["speed_gts"]):
+        raise FaultError(f"x{width} {speed:g} GT/s is {dev['name']}'s full capability, "
+                         "not a downtrained link")
+    # one link: the device's functions (a dual-port card's mlx5_2 and mlx5_3 at aa:00.0/.1) and
+    # the downstream port at its other end all report it
+    slot = dev["bdf"].rsplit(".", 1)[0]
+    same_link = [d for d in hw["pcie"]["devices"] if d["bdf"].rsplit(".", 1)[0] == slot]
+    for d in [*same_link, _pcie_parent(hw, dev)]:
+        if d is not None:
+            d["lnksta"] = {"speed_gts": speed, "width": width}
+    return _hw_plan(host, hw, f"{dev['name']} ({dev['bdf']}) PCIe link trained at x{width} {speed:g} GT/s "
+                              f"(capable of x{cap['width']} {cap['speed_gts']:g} GT/s)")
+
+
+def plan_acs_enabled(host: str, args: list[str]) -> Plan:
+    """ACS redirect on: ReqRedir+ CmpltRedir+ SrcValid+ in ACSCtl of the switch downstream ports
+    above DEV (all of the host's downstream ports without an argument), as a BIOS with ACS
+    enabled or a kernel booted with pci=config_acs leaves them (NCCL docs, "PCI Access Control
+    Services (ACS)"; NVIDIA/nccl#304: ``SrcValid+ TransBlk- ReqRedir+ CmpltRedir+``)."""
+    _nargs("acs-enabled", args, 0, 1, "[DEV|GPU<N>]")
+    hw = _load_hw(host)
+    devs = (hw.get("pcie") or {}).get("devices") or []
+    if args:
+        dev = _pcie_device(hw, args[0])
+        by_sec = {d["bus"]["secondary"]: d for d in devs if d.get("bus")}
+        chosen, cur = [], by_sec.get(int(dev["bdf"].split(":")[1], 16))
+        while cur is not None and cur not in chosen:
+            chosen.append(cur)
+            cur = by_sec.get(cur["bus"]["primary"])
+        ports = [d for d in chosen if d.get("kind") == "downstream_port"]
+        where = f"above {dev['name']}"
+    else:
+        ports = [d for d in devs if d.get("kind") == "downstream_port"]
+        where = "on every switch downstream port"
+    if not ports:
+        raise FaultError(f"{host} has no PCIe switch downstream port {where}")
+    for d in ports:
+        d["acs_ctl"] = {**(d.get("acs_ctl") or {}), "SrcValid": True, "ReqRedir": True, "CmpltRedir": True}
+    return _hw_plan(host, hw, f"ACS ReqRedir+ CmpltRedir+ {where}: {', '.join(d['bdf'] for d in ports)}")
+
+
+def plan_iommu_translated(host: str, args: list[str]) -> Plan:
+    """The IOMMU translates DMA (iommu.passthrough=0 / a default-domain change): every IOMMU group's
+    type is DMA-FQ (kernel ABI sysfs-kernel-iommu_groups)."""
+    _nargs("iommu-translated", args, 0, 0, "no arguments")
+    hw = _load_hw(host)
+    groups = (hw.get("pcie") or {}).get("iommu_groups") or {}
+    if not groups:
+        raise FaultError(f"{host} has no emulated IOMMU groups (hardware.json has no pcie.iommu_groups)")
+    hw["pcie"]["iommu_groups"] = dict.fromkeys(groups, "DMA-FQ")
+    return _hw_plan(host, hw, f"all {len(groups)} IOMMU groups translated (type DMA-FQ)")
+
+
 def _write_file_argv(path: str, content: str) -> list[str]:
     return ["sh", "-c", 'mkdir -p "$(dirname "$1")" && printf "%s\\n" "$2" > "$1"', "sh", path, content]
 
@@ -694,6 +801,9 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "qos-reset": (plan_qos_reset, "NETDEV"),
     "wrong-device": (plan_wrong_device, "DEV OTHER"),
     "swapped-cable": (plan_swapped_cable, "NETDEV_A [HOST_B:]NETDEV_B"),
+    "pcie-downtrained": (plan_pcie_downtrained, "DEV|GPU<N> [WIDTH] [SPEED]"),
+    "acs-enabled": (plan_acs_enabled, "[DEV|GPU<N>]"),
+    "iommu-translated": (plan_iommu_translated, ""),
 }
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),

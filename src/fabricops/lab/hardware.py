@@ -223,6 +223,11 @@ def hardware_json(topo: dict[str, Any], host: dict[str, Any], kernel: str | None
         "nic_affinity": nic_affinity(hcas, gpus),
         # who sweeps the InfiniBand subnet: the managed switch, or OpenSM on hosts (emul/services.py)
         "subnet_manager": topo.get("subnet_manager", "switch"),
+        # the PCIe tree lspci and sysfs show (docs/lab-device-contract.md, "The PCIe tree")
+        "pcie": pcie_tree(hcas, gpus, nic_affinity(hcas, gpus)),
+        # which NVIDIA kernel module the driver ships: `open` (modinfo license "Dual MIT/GPL",
+        # DMA-BUF capable) or `proprietary` ("NVIDIA")
+        "gpu_kernel_module": "open",
     }
 
 
@@ -238,6 +243,108 @@ def nic_affinity(hcas: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict
             lo, hi = len(node_gpus) * k // n, len(node_gpus) * (k + 1) // n
             out[hca["name"]] = node_gpus[lo:hi]
     return {h["name"]: out.get(h["name"], []) for h in hcas}
+
+
+# --- the PCIe tree --------------------------------------------------------------------------
+
+# Healthy link of every device and bridge: Gen5 x16 (H100 SXM5 and ConnectX-7 are Gen5 x16; the
+# HGX baseboard's PCIe switches are Broadcom PEX890xx Gen5 parts).
+PCIE_GEN5 = {"speed_gts": 32.0, "width": 16}
+#: ACS capability of a switch downstream port / root port as Broadcom/PLX switches report it
+#: (lspci ACSCap on a PEX switch: every flag +, e.g. HeyMeco/Rockchip-pcie-devices#6) and the
+#: control register as a GPUDirect-ready BIOS leaves it: all off (NCCL docs, "PCI Access Control
+#: Services (ACS)").
+ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+
+
+def _bdf_bus(bdf: str) -> int:
+    return int(bdf.split(":")[-2], 16)
+
+
+def pcie_tree(hcas: list[dict[str, Any]], gpus: list[dict[str, Any]],
+              affinity: dict[str, list[int]]) -> dict[str, Any]:
+    """HGX-style tree: each HCA with the GPUs ``nic_affinity`` pairs it with (HCAs sharing a bus,
+    i.e. the functions of one card, together) under one PCIe switch (upstream port on bus S,
+    downstream ports on bus S+1, one per endpoint bus), below a root port on root bus S-1, where S
+    is two below the group's lowest endpoint bus. Groups whose bus ranges would overlap share a
+    switch. Endpoint BDFs are the ones hardware.json already has. Returns
+    ``{"devices": [...], "iommu_groups": {"N": "identity", ...}}`` (schema in
+    docs/lab-device-contract.md)."""
+    ends: list[dict[str, Any]] = []
+    for g in gpus:
+        bdf = "0000:" + g["pci_bus_id"].split(":", 1)[1].lower()
+        ends.append({"bdf": bdf, "kind": "gpu", "name": f"GPU{g['index']}"})
+    for h in hcas:
+        ends.append({"bdf": h["pci"].lower(), "kind": "hca", "name": h["name"]})
+    # groups: union of (HCA, its GPUs) and of HCAs on one bus
+    group_of: dict[str, int] = {}
+    groups: list[set[str]] = []
+
+    def join(members: list[str]) -> None:
+        hit = sorted({group_of[m] for m in members if m in group_of})
+        merged: set[str] = set(members)
+        for k in hit:
+            merged |= groups[k]
+            groups[k] = set()
+        groups.append(merged)
+        for m in merged:
+            group_of[m] = len(groups) - 1
+
+    by_name = {e["name"]: e["bdf"] for e in ends}
+    for h in hcas:
+        same_bus = [x["pci"].lower() for x in hcas if _bdf_bus(x["pci"]) == _bdf_bus(h["pci"])]
+        join([*same_bus, *(by_name[f"GPU{i}"] for i in affinity.get(h["name"], []) if f"GPU{i}" in by_name)])
+    for e in ends:
+        if e["bdf"] not in group_of:
+            join([e["bdf"]])
+    spans = []
+    for members in groups:
+        if members:
+            buses = sorted({_bdf_bus(m) for m in members})
+            spans.append([buses[0] - 2, buses[-1], set(members)])
+    spans.sort(key=lambda s: s[0])
+    merged_spans: list[list[Any]] = []
+    for sp in spans:
+        if merged_spans and sp[0] - 1 <= merged_spans[-1][1]:
+            merged_spans[-1][1] = max(merged_spans[-1][1], sp[1])
+            merged_spans[-1][2] |= sp[2]
+        else:
+            merged_spans.append(sp)
+    acs_cap = dict.fromkeys(ACS_FLAGS, True)
+    acs_off = dict.fromkeys(ACS_FLAGS, False)
+    devices: list[dict[str, Any]] = []
+    groups_out: dict[str, str] = {}
+    ends_by_bdf = {e["bdf"]: e for e in ends}
+    for n, (sec, sub, members) in enumerate(merged_spans):
+        if sec < 1:  # no room for bridges below bus 1: endpoints straight on a root bus
+            for m in sorted(members):
+                gid = 100 + len(groups_out)
+                groups_out[str(gid)] = "identity"
+                devices.append({**ends_by_bdf[m], "lnkcap": dict(PCIE_GEN5), "lnksta": dict(PCIE_GEN5),
+                                "iommu_group": gid})
+            continue
+        root_group, switch_group = 2 * n + 10, 2 * n + 11
+        groups_out[str(root_group)] = "identity"
+        groups_out[str(switch_group)] = "identity"
+        link = {"lnkcap": dict(PCIE_GEN5), "lnksta": dict(PCIE_GEN5)}
+        devices.append({"bdf": f"0000:{sec - 1:02x}:01.0", "kind": "root_port", "name": f"rp{n}",
+                        "bus": {"primary": sec - 1, "secondary": sec, "subordinate": sub},
+                        **link, "acs_cap": dict(acs_cap), "acs_ctl": dict(acs_off),
+                        "iommu_group": root_group})
+        devices.append({"bdf": f"0000:{sec:02x}:00.0", "kind": "upstream_port", "name": f"sw{n}",
+                        "bus": {"primary": sec, "secondary": sec + 1, "subordinate": sub},
+                        **{k: dict(v) for k, v in link.items()}, "iommu_group": switch_group})
+        for slot, bus in enumerate(sorted({_bdf_bus(m) for m in members})):
+            devices.append({"bdf": f"0000:{sec + 1:02x}:{slot:02x}.0", "kind": "downstream_port",
+                            "name": f"sw{n}.{slot}",
+                            "bus": {"primary": sec + 1, "secondary": bus, "subordinate": bus},
+                            **{k: dict(v) for k, v in link.items()}, "acs_cap": dict(acs_cap),
+                            "acs_ctl": dict(acs_off), "iommu_group": switch_group})
+        for m in sorted(members):
+            devices.append({**ends_by_bdf[m], "lnkcap": dict(PCIE_GEN5), "lnksta": dict(PCIE_GEN5),
+                            "iommu_group": switch_group})
+    devices.sort(key=lambda d: d["bdf"])
+    return {"devices": devices, "iommu_groups": dict(sorted(groups_out.items(), key=lambda kv: int(kv[0])))}
 
 
 # --- the fabric files -----------------------------------------------------------------------

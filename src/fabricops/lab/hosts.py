@@ -168,7 +168,11 @@ def install_emulated_software(root: Path) -> bool:
     # neighbours from the fabric's cabling as built (emul/fabricdisc.py)
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "lldpctl").replace("@VENDOR@", "lldpd package")
     _write(root / "usr/sbin/lldpctl", wrapper, 0o755)
-    # Emulated kernel modules (modprobe/lsmod/rmmod) and the HCA's answer to the subnet manager
+    # pciutils' lspci for the emulated PCIe tree (emul/pci.py): /usr/local/bin is ahead of
+    # /usr/bin (the image's real lspci) in every user's PATH, like the ethtool front-end above
+    wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "lspci").replace("@VENDOR@", "pciutils")
+    _write(root / "usr/local/bin/lspci", wrapper, 0o755)
+    # Emulated kernel modules (modprobe/lsmod/rmmod/modinfo) and the HCA's answer to the subnet manager
     # (emulated-hw-sm.path): docs/fabric-services.md, "The lab".
     fabric_services.install_into_root(root)
     return have_hwctl

@@ -42,6 +42,8 @@ PARSERS: dict[str, str] = {
     "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",
     "nvidia-smi-query": "fabricops.parsers.nvidia_smi:parse_query",
     "nvidia-smi-q": "fabricops.parsers.nvidia_smi:parse_q",
+    # pciutils (lspci -vvv: PCIe tree, link and ACS state)
+    "lspci": "fabricops.parsers.lspci:parse",
     # nccl-tests
     "nccl-tests": "fabricops.parsers.nccl_tests:parse",
     # Spectrum switches (documented in docs/parsers.md)

@@ -78,7 +78,10 @@ def test_schema(hw2):
         "cuda_version",
         "nic_affinity",
         "subnet_manager",
+        "pcie",
+        "gpu_kernel_module",
     }
+    assert hw2["gpu_kernel_module"] == "open"
     assert hw2["host"] == "gpu02" and hw2["kernel"] == "6.1.0-18-amd64"
     assert hw2["subnet_manager"] == "switch"  # the default rack's Quantum-2 runs the SM
     assert (hw2["driver_version"], hw2["cuda_version"], hw2["gpu_topology"]) == (

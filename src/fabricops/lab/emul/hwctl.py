@@ -25,14 +25,16 @@ if __package__ in (None, ""):
     _here = os.path.dirname(os.path.abspath(__file__))
     # emul/hwctl.py (parent holds emul/) or a copy next to emul/ (/usr/lib/emulated-hw/hwctl.py)
     sys.path.insert(0, _here if os.path.isdir(os.path.join(_here, "emul")) else os.path.dirname(_here))
-    from emul import devstate, services  # type: ignore[no-redef]
+    from emul import devstate, pci, services  # type: ignore[no-redef]
 else:
-    from . import devstate, services
+    from . import devstate, pci, services
 
 LOWER = "run/emulated-hw/sysfs-lower"
 UPPER = "run/emulated-hw/sysfs-upper"
 WORK = "run/emulated-hw/sysfs-work"
 APPLIED = "run/emulated-hw/applied-faults.json"
+#: sysfs directories that show only emulated entries once mounted (bind mounts over the overlay)
+PCI_OWN_DIRS = ("bus/pci/devices", "kernel/iommu_groups")
 
 # per-lane Gb/s -> IB speed name, ibv_devinfo active_speed text and code (rdma-core devinfo.c)
 SPEEDS = {
@@ -280,6 +282,7 @@ def tree(hw: dict) -> tuple[dict, dict, dict, list[str]]:
         counters.update(c)
         dirs += d
     knobs.update(netdev_knobs(hw))
+    silicon.update(pci.sysfs_entries(hw))  # the PCIe tree: link state, IOMMU groups (emul/pci.py)
     return silicon, knobs, counters, dirs
 
 
@@ -292,6 +295,13 @@ def _write(base: str, rel: str, value: str | None) -> None:
             os.unlink(target)
         return
     os.makedirs(os.path.dirname(target), exist_ok=True)
+    if isinstance(value, pci.Link):  # iommu_group and iommu_groups/N/devices/BDF are symlinks
+        if os.path.islink(target) and os.readlink(target) == str(value):
+            return
+        if os.path.lexists(target):
+            os.unlink(target)
+        os.symlink(str(value), target)
+        return
     tmp = target + ".hwctl-tmp"
     try:
         with open(tmp, "w") as f:
@@ -324,6 +334,14 @@ def _mount_overlays(lower: str) -> None:
         work.mkdir(parents=True, exist_ok=True)
         opts = f"lowerdir={os.path.join(lower, top)}:/sys/{top},upperdir={upper},workdir={work}"
         subprocess.run(["mount", "-t", "overlay", "emulated-hw", "-o", opts, f"/sys/{top}"], check=True)
+    # The PCI device list and the IOMMU groups must be the emulated ones only: merged with the
+    # build machine's real /sys/bus/pci/devices and /sys/kernel/iommu_groups, lspci, the sysfs
+    # link files and the IOMMU mode would mix the lab's tree with the real machine's. Bind the
+    # rendered directories over them (emul/pci.py; docs/lab-device-contract.md).
+    for sub in PCI_OWN_DIRS:
+        src = os.path.join(lower, sub)
+        if os.path.isdir(src) and os.path.isdir(f"/sys/{sub}"):
+            subprocess.run(["mount", "--bind", src, f"/sys/{sub}"], check=True)
 
 
 def _live_base() -> str:
@@ -354,6 +372,23 @@ def _apply_faults(hw: dict, base: str) -> None:
     target = devstate.path(APPLIED)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(applied, sort_keys=True))
+
+
+def _prune_pci(hw: dict, base: str) -> None:
+    """Drop PCI devices and IOMMU group entries that hardware.json no longer has (a GPU that fell
+    off the bus, gpu-missing) from the emulated-only directories (PCI_OWN_DIRS)."""
+    want = set(pci.sysfs_entries(hw))
+    for sub in PCI_OWN_DIRS:
+        top = os.path.join(base, sub)
+        if not os.path.isdir(top):
+            continue
+        for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                if os.path.relpath(path, base) not in want:
+                    os.unlink(path)
+            if dirpath != top and not os.listdir(dirpath):
+                os.rmdir(dirpath)
 
 
 def sync(gids_only: bool = False, mount: bool | None = None) -> str:
@@ -396,6 +431,8 @@ def sync(gids_only: bool = False, mount: bool | None = None) -> str:
             _write(live, rel, val)
     for d in dirs:
         os.makedirs(os.path.join(live, d), exist_ok=True)
+    if not do_mount or mounted():
+        _prune_pci(hw, live)
     _apply_faults(hw, live)
     return "re-synced"
 

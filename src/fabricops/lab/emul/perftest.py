@@ -24,7 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import devstate
+from . import devstate, pci
 
 DEFAULT_TCP_PORT = 18515
 RESULT_LINE = "-" * 87
@@ -178,6 +178,13 @@ def _port_rate(dev: str, port: int, hw_port: dict[str, Any]) -> float:
     return float(hw_port.get("rate_gbps", 0))
 
 
+def pcie_capped_rate(hw: dict[str, Any], dev: str, port_gbps: float) -> float:
+    """The HCA port's rate, capped by what its PCIe link carries now (SPEC-19 C: a ConnectX-7
+    trained at x8 16 GT/s moves at most 16 x 8 x 128/130 = 126 Gb/s, below its 400 Gb/s port)."""
+    limit = pci.hca_pcie_limit_gbps(hw, dev)
+    return port_gbps if limit is None else min(port_gbps, limit)
+
+
 def _gid_bytes(dev: str, port: int, index: int) -> list[int] | None:
     raw = devstate.read_sysfs(f"{devstate.port_dir(dev, port)}/gids/{index}")
     if not raw:
@@ -247,7 +254,7 @@ def local_facts(opts: Options) -> tuple[dict[str, Any] | None, str | None]:
         "port": opts.ib_port,
         "link_layer": "Ethernet" if ethernet else "InfiniBand",
         "state": state,
-        "rate_gbps": _port_rate(name, opts.ib_port, hw_port),
+        "rate_gbps": pcie_capped_rate(hw, name, _port_rate(name, opts.ib_port, hw_port)),
         "netdev": netdev,
         "lid": 0 if ethernet else int(hw_port.get("lid", 0) or 0),
         "mtu": int(hw_port.get("active_mtu", 4096) or 4096),

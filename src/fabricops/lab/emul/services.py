@@ -560,7 +560,8 @@ def _norm(name: str) -> str:
 
 
 def _kmod(tool: str, argv: list[str]) -> int:
-    real = {"modprobe": "/usr/sbin/modprobe", "lsmod": "/usr/sbin/lsmod", "rmmod": "/usr/sbin/rmmod"}[tool]
+    real = {"modprobe": "/usr/sbin/modprobe", "lsmod": "/usr/sbin/lsmod", "rmmod": "/usr/sbin/rmmod",
+            "modinfo": "/usr/sbin/modinfo"}[tool]
     if str(devstate.root()) != "/" or not os.path.exists(real):
         name = argv[-1] if argv else ""
         _err(f"{tool}: FATAL: Module {name} not found in directory /lib/modules/{os.uname().release}")
@@ -624,6 +625,60 @@ def rmmod(argv: list[str]) -> int:
     return _kmod("rmmod", argv)
 
 
+# modinfo (kmod): the emulated modules' fields. License strings are the MODULE_LICENSE of each
+# source: the NVIDIA open kernel modules (open-gpu-kernel-modules, kernel-open/nvidia/nv.c) say
+# "Dual MIT/GPL", the proprietary ones "NVIDIA"; nvidia-peermem.c and the mlx5/ib drivers say
+# "Dual BSD/GPL". Output layout: kmod's modinfo prints "%-16s%s" per field ("license:        X").
+NVIDIA_LICENSE = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
+
+
+def _modinfo_fields(name: str, hw: dict[str, Any]) -> dict[str, str] | None:
+    kernel = hw.get("kernel") or os.uname().release
+    if name in DRIVER_MODULES or name == "nvidia_peermem":
+        if not hw.get("gpus") and not (hw.get("pcie") or {}).get("devices"):
+            return None
+        flavour = str(hw.get("gpu_kernel_module") or "open")
+        lic = "Dual BSD/GPL" if name == "nvidia_peermem" else NVIDIA_LICENSE.get(flavour, "NVIDIA")
+        return {"filename": f"/lib/modules/{kernel}/updates/dkms/{name.replace('_', '-')}.ko",
+                "version": str(hw.get("driver_version") or ""), "license": lic,
+                "description": "NVIDIA GPU driver" if name == "nvidia" else name,
+                "depends": ",".join(EMULATED_MODULES[name][1])}
+    if name in RDMA_STACK:
+        if devstate.ofed_release() is None:
+            return None
+        return {"filename": f"/lib/modules/{kernel}/updates/dkms/{name}.ko", "license": "Dual BSD/GPL",
+                "depends": ",".join(EMULATED_MODULES[name][1])}
+    return None
+
+
+def modinfo(argv: list[str]) -> int:
+    field = None
+    names: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("-F", "--field"):
+            field = next(it, None)
+        elif a.startswith("--field="):
+            field = a.split("=", 1)[1]
+        elif a.startswith("-"):
+            return _kmod("modinfo", argv)  # other options: the real modinfo's business
+        else:
+            names.append(a)
+    if len(names) != 1 or _norm(names[0]) not in EMULATED_MODULES:
+        return _kmod("modinfo", argv)
+    fields = _modinfo_fields(_norm(names[0]), _hw())
+    if fields is None:
+        _err(f"modinfo: ERROR: Module {names[0]} not found.")
+        return 1
+    if field is not None:
+        if field in fields:
+            _out(fields[field])
+        return 0
+    for key, value in fields.items():
+        _out(f"{key + ':':<16}{value}")
+    return 0
+
+
 # --- dispatch ---------------------------------------------------------------------------------
 
 TOOLS = {
@@ -633,6 +688,7 @@ TOOLS = {
     "modprobe": modprobe,
     "lsmod": lsmod,
     "rmmod": rmmod,
+    "modinfo": modinfo,
     "emulated-hw-sm-sync": sm_sync,
 }
 

@@ -42,6 +42,8 @@ TOOLS: dict[str, str] = {
     "lldpctl": "fabricdisc:lldpctl",
     # mlx5 driver statistics for `ethtool -S` (other netdevs and options: the real ethtool)
     "ethtool": "ethtool:main",
+    # pciutils: the emulated PCIe tree (hardware.json "pcie"; docs/lab-device-contract.md)
+    "lspci": "pci:lspci",
 }
 
 
