@@ -328,7 +328,9 @@ ROLE_VARS: dict[str, Validator] = {
     "nccl_profile_nccl_version": pattern(re.compile(r"\d+\.\d+\.\d+(?:-\d+)?"), "an NCCL version like 2.23.4",
                                          empty=True),
     "nccl_profile_nccl_lib_dirs": list_of(path),
-    "nccl_profile_cross_nic": choice("auto", "0", "1", "2"),
+    "nccl_profile_cross_nic": lambda var, value: choice("auto", "0", "1", "2")(
+        var, str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    ),
     "nccl_profile_net_plugin": pattern(re.compile(r"[A-Za-z0-9_.+-]{1,128}"),
                                        "an NCCL net plugin suffix or library name (none, a .so)",
                                        empty=True),
