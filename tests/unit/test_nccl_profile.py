@@ -452,3 +452,13 @@ def test_filters_take_the_plan_as_the_role_passes_it():
     found = [{"path": "/usr/lib64/libnccl.so.2.23.4"}, "libnccl.so.2"]
     assert module.nccl_installed_version(found) == "2.23.4"
     assert module.nccl_installed_version([]) == ""
+
+
+def test_gid_index_is_the_lowest_ipv4_roce_v2_entry_as_nccl_picks_it():
+    """Two IPv4 addresses on a netdev, the table read out of order: the lowest index wins (NCCL's scan)."""
+    raw = _raw()
+    for dev in ("mlx5_4", "mlx5_5"):
+        netdev = raw["infiniband"][dev]["netdevs"][0]
+        gids = _roce_gids(netdev, v2_index=5) + _roce_gids(netdev, v2_index=3)[2:]
+        raw["infiniband"][dev]["ports"]["1"]["gids"] = gids  # indexes 0, 1, 4, 5, 2, 3
+    assert nccl_env("roce", build_facts(raw), roce=ROCE)["NCCL_IB_GID_INDEX"] == "3"
