@@ -221,3 +221,15 @@ def test_engine_runs_it_after_the_host_phase():
     assert rails["mlx5_0/1"].status == FAIL and rails["mlx5_0/1"].host == "gpu03"
     gpus = engine.verify(run, list(HOSTS), {h: hv for h in HOSTS}, engine.Options(only="gpus"))
     assert not [r for r in gpus.results if r.check == "rail_consistency"]
+
+
+
+def test_skip_flag_accepts_the_check():
+    import argparse
+
+    from fabricops.verify import cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["verify", "--skip", "rail_consistency"])
+    assert args.skip == ["rail_consistency"]
