@@ -29,8 +29,8 @@ Rules that follow the host and the plan (docs/nccl.md, "Rules and their sources"
 - **NCCL_IB_HCA** lists the ACTIVE ports of the host's planned rails (``fabricops_cabling``);
   a planned port that is not ACTIVE is left out *and reported* in the notes.
 - **NCCL_CROSS_NIC=0** on a rail-optimised plan (each of the host's compute ports on its own
-  switch, and no switch carrying two NIC indexes): rings stay on one rail (NVIDIA/nccl#1933, NCCL
-  env docs "NCCL_CROSS_NIC"); otherwise NCCL's default is kept.
+  switch; a switch that also carries another NIC index is warned about): rings stay on one rail
+  (NVIDIA/nccl#1933, NCCL env docs "NCCL_CROSS_NIC"); otherwise NCCL's default is kept.
 - **NCCL_NET_PLUGIN** is written explicitly (default ``none``: NCCL's internal IB/socket transport,
   never a stray ``libnccl-net.so``; coreweave/nccl-tests#84).
 """
@@ -274,11 +274,12 @@ def _planned(
     return planned, notes
 
 
-def rail_optimised(planned: Mapping[str, str | None], cabling: Any = None) -> tuple[bool, str]:
+def rail_optimised(planned: Mapping[str, str | None]) -> tuple[bool, str]:
     """Whether the host's planned compute ports form a rail-optimised plan, and why in words.
 
-    Rail-optimised: at least two compute ports, each cabled to its own switch, and (when the whole
-    cabling plan is given) no such switch carrying another NIC index of any host."""
+    Rail-optimised: at least two compute ports, each cabled to its own switch (NCCL env docs,
+    NCCL_CROSS_NIC: "networks with per NIC switches (rails)"). The same rule runs in verify's
+    ``nccl_profile`` check, which sees one host."""
     if len(planned) < 2:
         return False, f"{len(planned)} planned compute port(s): nothing to keep apart"
     if any(sw is None for sw in planned.values()):
@@ -292,16 +293,26 @@ def rail_optimised(planned: Mapping[str, str | None], cabling: Any = None) -> tu
             f"{', '.join(sorted(n, key=_natural))} on {sw}" for sw, n in sorted(shared.items())
         )
         return False, f"not rail-optimised ({detail})"
-    for sw, names in sorted(switches.items()):
+    detail = ", ".join(f"{n} on {planned[n]}" for n in sorted(planned, key=_natural))
+    return True, f"rail-optimised ({detail})"
+
+
+def rail_crossings(planned: Mapping[str, str | None], cabling: Any) -> list[str]:
+    """Warnings for a rail-optimised host whose switches also carry other NIC indexes of other hosts
+    (cabling that does not follow the rails: NCCL_CROSS_NIC=0 then sends that rail over the spine)."""
+    out = []
+    for name, sw in sorted(planned.items(), key=lambda kv: _natural(kv[0])):
         others = sorted({
             f"{c.get('hca')}:{int(c.get('port', 1))}"
             for c in cabling or []
-            if isinstance(c, Mapping) and str(c.get("switch")) == sw and c.get("hca")
-        } - set(names), key=_natural)
+            if isinstance(c, Mapping) and str(c.get("switch")) == str(sw) and c.get("hca")
+        } - {name}, key=_natural)
         if others:
-            return False, f"not rail-optimised ({sw} also carries {', '.join(others)} of other hosts)"
-    detail = ", ".join(f"{n} on {planned[n]}" for n in sorted(planned, key=_natural))
-    return True, f"rail-optimised ({detail})"
+            out.append(
+                f"WARNING: {sw} (rail of {name}) also carries {', '.join(others)} of other hosts: the "
+                "cabling does not follow the rails; check it with fabricops verify --only cabling"
+            )
+    return out
 
 
 def socket_ifname_default(ansible_facts: Mapping[str, Any] | None) -> str | None:
@@ -379,10 +390,11 @@ def build(
             if planned is None:
                 notes.append("NCCL_CROSS_NIC: NCCL's default (no rail plan for this host)")
             else:
-                optimised, why = rail_optimised(planned, cabling)
+                optimised, why = rail_optimised(planned)
                 if optimised:
                     env["NCCL_CROSS_NIC"] = "0"
                     notes.append(f"NCCL_CROSS_NIC=0: {why}: rings stay on one rail")
+                    notes.extend(rail_crossings(planned, cabling))
                 else:
                     notes.append(f"NCCL_CROSS_NIC: NCCL's default, {why}")
         elif cross_nic is not None:
