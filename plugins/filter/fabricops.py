@@ -46,8 +46,8 @@ def _plain(value):
     return value
 
 
-def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect=False):
-    return {
+def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect=False, plan=None):
+    kwargs = {
         "roce": _plain(roce) or None,
         "socket_ifname": str(socket_ifname) if socket_ifname else None,
         "overrides": _plain(overrides) or {},
@@ -56,29 +56,65 @@ def _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect=Fals
         # nccl_profile_gpudirect: a bool from the role's lsmod check, or "false" from -e
         "gpudirect": boolean(gpudirect, strict=True) if gpudirect is not None else False,
     }
+    plan = _plain(plan) or {}
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError(
+            "the NCCL plan must be a dict (nccl_version, cabling, host, cross_nic, net_plugin)"
+        )
+    unknown = set(plan) - {"nccl_version", "cabling", "host", "cross_nic", "net_plugin"}
+    if unknown:
+        raise AnsibleFilterError(f"the NCCL plan has unknown keys: {', '.join(sorted(unknown))}")
+    for key in ("nccl_version", "host", "net_plugin"):
+        if plan.get(key) not in (None, ""):
+            kwargs[key] = str(plan[key])
+    if plan.get("cabling"):
+        kwargs["cabling"] = plan["cabling"]
+    if "cross_nic" in plan:
+        value = plan["cross_nic"]
+        kwargs["cross_nic"] = "auto" if value in ("", "auto") else value
+    return kwargs
 
 
 def nccl_env(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False,
-             gpudirect=False):
+             gpudirect=False, plan=None):
     """``ansible_facts.fabric | fabricops.fabric.nccl_env('roce', fabricops_roce, ...)`` -> env dict."""
     _need_package()
     try:
         return _nccl.nccl_env(
             str(profile), _plain(facts) or {},
-            **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect),
+            **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect, plan),
         )
     except _nccl.NcclProfileError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
 def nccl_profile_errors(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False,
-                        gpudirect=False):
+                        gpudirect=False, plan=None):
     """[] or [one-line reason]: the preflight's assert reads this."""
     _need_package()
-    return _nccl.nccl_errors(
+    try:
+        kwargs = _nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect, plan)
+    except AnsibleFilterError as exc:
+        return [str(exc)]
+    return _nccl.nccl_errors(str(profile), _plain(facts) or {}, **kwargs)
+
+
+def nccl_profile_notes(facts, profile, roce=None, socket_ifname=None, overrides=None, allow_benchmark=False,
+                       gpudirect=False, plan=None):
+    """What the profile chose on this host and why, one sentence each (the role prints them)."""
+    _need_package()
+    return _nccl.nccl_notes(
         str(profile), _plain(facts) or {},
-        **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect),
+        **_nccl_kwargs(roce, socket_ifname, overrides, allow_benchmark, gpudirect, plan),
     )
+
+
+def nccl_installed_version(paths):
+    """File paths (``find`` results or names) -> the newest ``libnccl.so.2.X.Y`` as '2.X.Y', or ''."""
+    _need_package()
+    items = _plain(paths) or []
+    names = [i.get("path", "") if isinstance(i, dict) else str(i) for i in items]
+    return _nccl.installed_version(names) or ""
 
 
 def nccl_socket_ifname_default(ansible_facts):
@@ -176,6 +212,8 @@ class FilterModule:
         return {
             "nccl_env": nccl_env,
             "nccl_profile_errors": nccl_profile_errors,
+            "nccl_profile_notes": nccl_profile_notes,
+            "nccl_installed_version": nccl_installed_version,
             "nccl_socket_ifname_default": nccl_socket_ifname_default,
             "ipoib_interfaces": ipoib_interfaces,
             "ipoib_plan_errors": ipoib_plan_errors,

@@ -546,7 +546,9 @@ def analyse_fabric(evidence: Mapping[str, Raw], ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     from fabricops.parsers.ibv_devinfo import parse as parse_devinfo
 
-    mtus: dict[str, dict[str, list[tuple[str, int]]]] = {}
+    # per rail (the same HCA port on every host, as verify's rail_consistency): the hosts whose
+    # active MTU differs from the rest of the rail (NVIDIA/nccl#1524: NCCL hangs at connection setup)
+    rails: dict[tuple[str, str], dict[str, int]] = {}
     for host, raw in evidence.items():
         text = _ok(raw, "ibv_devinfo")
         if not text:
@@ -558,30 +560,31 @@ def analyse_fabric(evidence: Mapping[str, Raw], ctx: Context) -> list[Finding]:
         for dev in info.devices:
             for port in dev.ports:
                 if port.state and "ACTIVE" in port.state and port.active_mtu:
-                    mtus.setdefault(port.link_layer or "InfiniBand", {}).setdefault(host, []).append(
-                        (f"{dev.hca_id}/{port.port}", port.active_mtu)
-                    )
-    for layer, by_host in mtus.items():
-        values = [m for ports in by_host.values() for _, m in ports]
+                    key = (port.link_layer or "InfiniBand", f"{dev.hca_id}/{port.port}")
+                    rails.setdefault(key, {})[host] = port.active_mtu
+    for (layer, rail), by_host in sorted(rails.items()):
+        values = list(by_host.values())
         if len(set(values)) <= 1:
             continue
-        common = max(set(values), key=values.count)
-        for host, ports in sorted(by_host.items()):
-            odd = [f"{k} active_mtu {m}" for k, m in ports if m != common]
-            if odd:
-                out.append(
-                    _finding(
-                        host,
-                        "mtu_mismatch",
-                        SYMPTOM_HANG,
-                        f"{layer} path MTU differs from the other hosts ({common}): queue pairs between them "
-                        "fail or fall back; NCCL hangs at connection setup",
-                        [*odd, f"most hosts: active_mtu {common}"],
-                        "Set the same netdev MTU on every host and switch port (RoCE: 4200 for a 4096 "
-                        "path MTU).",
-                        None,
-                    )
+        common = max(sorted(set(values), reverse=True), key=values.count)
+        for host, mtu in sorted(by_host.items()):
+            if mtu == common:
+                continue
+            out.append(
+                _finding(
+                    host,
+                    "mtu_mismatch",
+                    SYMPTOM_HANG,
+                    f"{layer} rail {rail}: active MTU {mtu} on {host} where the other hosts of the rail have "
+                    f"{common}: queue pairs between them fail or stall, so NCCL hangs at connection setup "
+                    "(NVIDIA/nccl#1524)",
+                    [f"{rail} active_mtu {mtu}", f"most hosts on {rail}: active_mtu {common}"],
+                    f"Set the same MTU on every host and switch port of rail {rail} (RoCE: netdev MTU 4200 "
+                    "or more for a 4096 path MTU; InfiniBand: the switch / subnet manager MTU), then re-run "
+                    "fabricops verify (rail_consistency).",
+                    rail,
                 )
+            )
     for item in ctx_pings(evidence):
         out.append(item)
     return out

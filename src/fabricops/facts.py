@@ -72,7 +72,12 @@ def build_facts(raw: dict[str, Any]) -> dict[str, Any]:
         ports = []
         for port_name, port in sorted(dev.get("ports", {}).items(), key=lambda kv: int(kv[0])):
             gids = port.get("gids") or []
-            v2_ipv4 = [g for g in gids if g.get("type") == "RoCE v2" and gid_to_ipv4(g["gid"])]
+            # the lowest index first: NCCL's own selection (2.21.5+) takes the first IPv4 RoCE v2 GID
+            # of the table, so the index written for an older NCCL is the one a newer one would pick
+            v2_ipv4 = sorted(
+                (g for g in gids if g.get("type") == "RoCE v2" and gid_to_ipv4(g["gid"])),
+                key=lambda g: int(g["index"]),
+            )
             ports.append({
                 "port": int(port_name),
                 "state": sysfs_value(port.get("state")),

@@ -325,6 +325,15 @@ ROLE_VARS: dict[str, Validator] = {
     "nccl_profile_gpudirect_modules": list_of(kmod),
     "nccl_profile_conf_path": path,
     "nccl_profile_shell_path": path,
+    "nccl_profile_nccl_version": pattern(re.compile(r"\d+\.\d+\.\d+(?:-\d+)?"), "an NCCL version like 2.23.4",
+                                         empty=True),
+    "nccl_profile_nccl_lib_dirs": list_of(path),
+    "nccl_profile_cross_nic": lambda var, value: choice("auto", "0", "1", "2")(
+        var, str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    ),
+    "nccl_profile_net_plugin": pattern(re.compile(r"[A-Za-z0-9_.+-]{1,128}"),
+                                       "an NCCL net plugin suffix or library name (none, a .so)",
+                                       empty=True),
     # nvidia_fabric_manager
     "nvidia_fabric_manager_repo_url": url_or_empty,
     "nvidia_fabric_manager_repo_file": path,
@@ -354,7 +363,10 @@ ROLE_VARS: dict[str, Validator] = {
 }
 
 #: String-like role variables that reach no file and no command, and why.
-NOT_RENDERED: dict[str, str] = {}
+NOT_RENDERED: dict[str, str] = {
+    "nccl_profile_cabling": "read to choose among the host's own HCA ports (fabric facts); only port names "
+    "from the facts reach nccl.conf",
+}
 
 #: Options of the collection's modules that reach a command line or a sysfs path: validated inside
 #: the module (which runs on the host without this package) with the same patterns as here.

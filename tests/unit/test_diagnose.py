@@ -328,3 +328,27 @@ def test_cli_context_with_a_bad_definition_is_invalid_input(tmp_path, capsys):
     assert main(["diagnose", "--from-evidence", str(tmp_path)]) == EXIT_BADINPUT
     err = capsys.readouterr().err
     assert "roce_host_roce.lossless_priority is 8" in err and "Traceback" not in err
+
+
+def _mtu_on(text: str, hca: str, mtu: int) -> str:
+    """The capture with ``hca``'s port 1 at ``mtu`` (the other HCA untouched)."""
+    code = {1024: 3, 2048: 4, 4096: 5}[mtu]
+    head, _, rest = text.partition(f"hca_id:\t{hca}\n")
+    assert rest, hca
+    rest = rest.replace("active_mtu:\t\t4096 (5)", f"active_mtu:\t\t{mtu} ({code})", 1)
+    return head + f"hca_id:\t{hca}\n" + rest
+
+
+def test_mtu_mismatch_is_judged_per_rail():
+    """Two real HCAs (rails mlx4_0/1, mlx4_1/1): a host whose rails differ from each other but match the
+    other hosts rail by rail is fine; a host off on one rail is named with that rail."""
+    text = read_fixture("ibv_devinfo", "mlx4_two_hcas_plain.txt")
+    mixed = _mtu_on(text, "mlx4_0", 2048)
+    assert mixed != text
+    ev = {h: evidence(ibv_devinfo=ok(mixed)) for h in ("a", "b", "c")}
+    assert [f for f in d.analyse(ev, CTX) if f.kind == "mtu_mismatch"] == []
+    ev["c"] = evidence(ibv_devinfo=ok(text))
+    found = [f for f in d.analyse(ev, CTX) if f.kind == "mtu_mismatch"]
+    assert [(f.host, f.device) for f in found] == [("c", "mlx4_0/1")]
+    assert "rail mlx4_0/1: active MTU 4096 on c where the other hosts of the rail have 2048" in found[0].cause
+    assert "NVIDIA/nccl#1524" in found[0].cause and "rail mlx4_0/1" in found[0].remedy

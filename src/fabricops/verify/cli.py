@@ -42,7 +42,7 @@ def register(subparsers) -> None:
         "--skip",
         action="append",
         default=[],
-        choices=[*HOST_CHECKS, *GPU_CHECKS, "cabling"],
+        choices=[*HOST_CHECKS, *GPU_CHECKS, "cabling", "rail_consistency"],
         help="leave out a check (repeatable); also fabricops_verify_skip in the inventory",
     )
     p.add_argument("--ofed-version", help="pinned MLNX_OFED version (default: from the inventory)")

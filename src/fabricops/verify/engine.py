@@ -123,6 +123,10 @@ def verify(
                 bad = [r for r in res if not r.ok]
                 say(f"{h}: {len(res) - len(bad)}/{len(res)} checks passed")
     vr.host_phase_s = time.monotonic() - th
+    if opts.only in (None, "hosts") and expects:
+        from fabricops.verify import consistency  # every host on a rail: same MTU, same NCCL settings
+
+        vr.results.extend(consistency.phase(run, expects, raws, opts.command_timeout_s))
 
     if opts.only in (None, "cabling") and expects and not cabling.skipped(opts.skip, expects.values()):
         vr.results.extend(cabling.phase(run, list(expects), hostvars, switch_link_layers, switch_reader,

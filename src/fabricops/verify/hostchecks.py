@@ -159,6 +159,9 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
         cmds.update(pair_commands(expect))
     if "nccl_profile" in want and expect.nccl_profile:
         cmds["nccl_conf"] = f"cat {shlex.quote(expect.nccl_conf_path)}"
+        if expect.nccl_profile == "roce":
+            cmds["nccl_libs"] = nccl_libs_command()
+            cmds.update(pair_commands(expect))  # the GID tables NCCL_IB_GID_INDEX must match
     if "ipoib" in want and expect.ipoib:
         try:
             ifaces = ipoib_interfaces(expect)
@@ -184,6 +187,13 @@ def gid_command(p: PortExpect) -> str:
     """The port's GID table with each entry's type (errors of unset entries dropped)."""
     base = f"/sys/class/infiniband/{shlex.quote(p.hca)}/ports/{p.port}"
     return f"grep -H '' {base}/gids/* {base}/gid_attrs/types/* 2>/dev/null; true"
+
+
+def nccl_libs_command() -> str:
+    """The NCCL library files of the host (its version: the newest libnccl.so.2.X.Y, SPEC-19 E)."""
+    from fabricops.nccl import LIB_DIRS
+
+    return "ls -1d " + " ".join(f"{d}/libnccl.so.2.*" for d in LIB_DIRS) + " 2>/dev/null; true"
 
 
 def pair_commands(expect: HostExpect) -> dict[str, str]:
@@ -950,6 +960,12 @@ def parse_nccl_conf(text: str) -> dict[str, str]:
 
 
 def _nccl(ctx: _Ctx, ibstat: Any) -> None:
+    """/etc/nccl.conf against the rules of fabricops.nccl (docs/nccl.md): NCCL_IB_HCA = the ACTIVE
+    ports of the planned rails, NCCL_CROSS_NIC on a rail-optimised host, and on RoCE either one
+    NCCL_IB_GID_INDEX that is every listed port's IPv4 RoCE v2 index, or none where the host's NCCL
+    (>= 2.21.5) selects the GID per HCA."""
+    from fabricops import nccl
+
     exp = ctx.expect
     if not exp.nccl_profile:
         ctx.add("hosts", "nccl_profile", None, SKIP, f"{ctx.host}: no nccl_profile_name in the inventory")
@@ -987,6 +1003,13 @@ def _nccl(ctx: _Ctx, ibstat: Any) -> None:
             for p in ca.ports
             if p.link_layer == layer and p.state == "Active"
         }
+        observed = observed_link_layers(ctx.raw)
+        planned = {
+            f"{p.hca}:{p.port}": p.switch
+            for p in exp.ports
+            if (p.link_layer or observed.get(p.device)) == layer
+        }
+        want = up & set(planned) if planned else up
         listed_raw = env.get("NCCL_IB_HCA", "")
         listed = {x if ":" in x else f"{x}:1" for x in listed_raw.lstrip("=^").split(",") if x}
         if env.get("NCCL_IB_DISABLE") == "1":
@@ -995,11 +1018,15 @@ def _nccl(ctx: _Ctx, ibstat: Any) -> None:
             problems.append("NCCL_IB_HCA is not set")
         if listed - up:
             problems.append(f"NCCL_IB_HCA lists ports that are not up: {', '.join(sorted(listed - up))}")
-        if up - listed:
-            problems.append(f"ports up but not in NCCL_IB_HCA: {', '.join(sorted(up - listed))}")
+        if want - listed:
+            where = "of the planned rails " if planned else ""
+            problems.append(f"ports {where}up but not in NCCL_IB_HCA: {', '.join(sorted(want - listed))}")
+        if planned:
+            optimised, why = nccl.rail_optimised(planned)
+            if optimised and "NCCL_CROSS_NIC" not in env:
+                problems.append(f"NCCL_CROSS_NIC is not set on a {why} host (want 0)")
         if layer == "Ethernet":
-            if "NCCL_IB_GID_INDEX" not in env:
-                problems.append("NCCL_IB_GID_INDEX is not set")
+            problems += _nccl_gid(ctx, env, sorted(listed & up))
             try:
                 from fabricops.roce.desired import validated
 
@@ -1018,6 +1045,40 @@ def _nccl(ctx: _Ctx, ibstat: Any) -> None:
         measured=env,
         cause=CAUSES["nccl"] if problems else None,
     )
+
+
+def _nccl_gid(ctx: _Ctx, env: Mapping[str, str], ports: list[str]) -> list[str]:
+    """The GID rule of fabricops.nccl on what the host shows: its NCCL version and GID tables."""
+    from fabricops import nccl
+
+    libs = ctx.raw.get("nccl_libs") or {}
+    version = nccl.installed_version((libs.get("stdout") or "").split())
+    index = env.get("NCCL_IB_GID_INDEX")
+    if index is None:
+        if not nccl.selects_gid_itself(nccl.parse_version(version)):
+            found = f"NCCL {version}" if version else "no libnccl.so.2.X.Y in " + ", ".join(nccl.LIB_DIRS)
+            return [
+                f"NCCL_IB_GID_INDEX is not set but {found}: NCCL selects the GID per HCA only from "
+                f"{nccl.version_text(nccl.DYNAMIC_GID_SINCE)} on"
+            ]
+        wrong = [
+            f"{k}={env[k]} (want {v})" for k, v in nccl.DYNAMIC_GID_ENV.items() if env.get(k, v) != v
+        ]
+        return [f"NCCL {version} selects the GID, but {', '.join(wrong)}"] if wrong else []
+    if not index.strip().isdigit():
+        return [f"NCCL_IB_GID_INDEX={index} is not an index"]
+    out = []
+    for name in ports:
+        hca, _, port = name.partition(":")
+        table = ctx.raw.get(f"gids:{hca}/{port}")
+        gid = roce_v2_gid(parse_gids((table or {}).get("stdout")))
+        if table is None:
+            out.append(f"the GID table of {name} was not read (not a planned port): GID index unchecked")
+        elif gid is None:
+            out.append(f"{name} has no IPv4 RoCE v2 GID (NCCL_IB_GID_INDEX={index} cannot be checked)")
+        elif int(gid["index"]) != int(index):
+            out.append(f"NCCL_IB_GID_INDEX={index} but {name}'s IPv4 RoCE v2 GID is index {gid['index']}")
+    return out
 
 
 def _ipoib(ctx: _Ctx) -> None:

@@ -432,3 +432,90 @@ def test_gpudirect_fails_closed_and_skips_where_not_applicable(hostvars):
     assert "lsmod" not in hostchecks.commands(no_ports)
     r = _by(hostchecks.evaluate(no_ports, {}, only="hosts"), "gpudirect")[0]
     assert r.status == SKIP and "needs GPUs and RDMA HCAs on one host" in r.message
+
+
+# --- issue 19: the nccl_profile check follows the rules of fabricops.nccl ------------------------
+
+ROCE_CONF = ("NCCL_CROSS_NIC=0\nNCCL_IB_DISABLE=0\nNCCL_IB_HCA==mlx5_2:1,mlx5_3:1\nNCCL_IB_TC=106\n"
+             "NCCL_NET_PLUGIN=none\n")
+LIBS = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.23.4\n"
+
+
+def _roce_nccl(emu, hostvars, collect, conf, libs=LIBS):
+    hv = dict(hostvars, nccl_profile_name="roce")
+    exp = _expect(hv, skip=["roce_qos"])
+    (emu.root / "etc").mkdir(exist_ok=True)
+    (emu.root / "etc/nccl.conf").write_text(conf)
+    raw = collect(exp)
+    assert "nccl_libs" in raw and "gids:mlx5_3/1" in raw  # read for the GID rule
+    raw["nccl_libs"] = {"rc": 0, "stdout": libs, "stderr": ""}
+    return _by(hostchecks.evaluate(exp, raw), "nccl_profile")[0], raw
+
+
+def test_nccl_profile_roce_without_gid_index_passes_where_nccl_selects_it(emu, hostvars, collect):
+    conf = ROCE_CONF + "NCCL_IB_ADDR_FAMILY=AF_INET\nNCCL_IB_ROCE_VERSION_NUM=2\n"
+    r, _raw = _roce_nccl(emu, hostvars, collect, conf)
+    assert r.status == PASS, r.message
+    r, _raw = _roce_nccl(emu, hostvars, collect, conf, libs="/usr/lib64/libnccl.so.2.20.5\n")
+    assert r.status == FAIL
+    assert "NCCL_IB_GID_INDEX is not set but NCCL 2.20.5: NCCL selects the GID per HCA only from 2.21.5" \
+        in r.message
+    r, _raw = _roce_nccl(emu, hostvars, collect, conf, libs="")
+    assert r.status == FAIL and "no libnccl.so.2.X.Y in /usr/lib/x86_64-linux-gnu" in r.message
+    r, _raw = _roce_nccl(emu, hostvars, collect, conf.replace("AF_INET\n", "AF_INET6\n"))
+    assert r.status == FAIL and "NCCL_IB_ADDR_FAMILY=AF_INET6 (want AF_INET)" in r.message
+
+
+def _gid_table(hca, v2_index, ip_hex="cb00:7101"):
+    """``grep -H`` of a port's GID table as sysfs shows it: link-local v1/v2 at 0/1, the IPv4 address
+    as RoCE v1 at ``v2_index - 1`` and RoCE v2 at ``v2_index``."""
+    base = f"/sys/class/infiniband/{hca}/ports/1"
+    ll, v4 = "fe80:0000:0000:0000:b83f:d2ff:fea1:b2c2", f"0000:0000:0000:0000:0000:ffff:{ip_hex}"
+    rows = [(0, ll, "IB/RoCE v1"), (1, ll, "RoCE v2"), (v2_index - 1, v4, "IB/RoCE v1"),
+            (v2_index, v4, "RoCE v2")]
+    lines = [f"{base}/gids/{i}:{g}" for i, g, _t in rows]
+    lines += [f"{base}/gid_attrs/types/{i}:{t}" for i, _g, t in rows]
+    return {"rc": 0, "stdout": "\n".join(lines) + "\n", "stderr": ""}
+
+
+def test_nccl_profile_roce_gid_index_must_be_each_ports_index(emu, hostvars, collect):
+    old = "/usr/lib64/libnccl.so.2.18.6\n"
+    hv = dict(hostvars, nccl_profile_name="roce")
+    exp = _expect(hv, skip=["roce_qos"])
+    (emu.root / "etc").mkdir()
+
+    def check(index, indexes=(3, 3)):
+        (emu.root / "etc/nccl.conf").write_text(ROCE_CONF + f"NCCL_IB_GID_INDEX={index}\n")
+        raw = collect(exp)
+        raw["nccl_libs"] = {"rc": 0, "stdout": old, "stderr": ""}
+        raw["gids:mlx5_2/1"] = _gid_table("mlx5_2", indexes[0])
+        raw["gids:mlx5_3/1"] = _gid_table("mlx5_3", indexes[1], "cb00:7141")
+        return _by(hostchecks.evaluate(exp, raw), "nccl_profile")[0]
+
+    assert check(3).status == PASS, check(3).message
+    r = check(3, (3, 7))
+    assert r.status == FAIL and "NCCL_IB_GID_INDEX=3 but mlx5_3:1's IPv4 RoCE v2 GID is index 7" in r.message
+    r = check(2)
+    assert r.status == FAIL and "NCCL_IB_GID_INDEX=2 but mlx5_2:1's IPv4 RoCE v2 GID is index 3" in r.message
+
+
+def test_nccl_profile_wants_cross_nic_on_a_rail_optimised_host(emu, hostvars, collect):
+    conf = ROCE_CONF.replace("NCCL_CROSS_NIC=0\n", "") + "NCCL_IB_ADDR_FAMILY=AF_INET\n"
+    r, _raw = _roce_nccl(emu, hostvars, collect, conf)
+    assert r.status == FAIL
+    assert ("NCCL_CROSS_NIC is not set on a rail-optimised (mlx5_2:1 on leaf-onyx, mlx5_3:1 on leaf-cumulus) "
+            "host (want 0)") in r.message
+
+
+def test_nccl_profile_ib_hca_follows_the_planned_rails(emu, hostvars, collect):
+    """A port that is up but on no planned rail need not be listed; a planned one must."""
+    cabling = [c for c in hostvars["fabricops_cabling"] if c["hca"] != "mlx5_1"]
+    hv = dict(hostvars, nccl_profile_name="ib", fabricops_cabling=cabling)
+    exp = _expect(hv, skip=["roce_qos"])
+    (emu.root / "etc").mkdir()
+    (emu.root / "etc/nccl.conf").write_text("NCCL_IB_DISABLE=0\nNCCL_IB_HCA==mlx5_0:1\n")
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
+    assert r.status == PASS, r.message
+    exp = _expect(dict(hostvars, nccl_profile_name="ib"), skip=["roce_qos"])
+    r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
+    assert r.status == FAIL and "ports of the planned rails up but not in NCCL_IB_HCA: mlx5_1:1" in r.message
