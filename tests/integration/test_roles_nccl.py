@@ -98,7 +98,10 @@ def test_profile_lists_exactly_the_up_ports(profile, lab, ssh, ansible_playbook,
     if profile == "roce":
         indexes = {idx for p in ports if p["active"] for idx in p["v2ipv4"]}
         assert len(indexes) == 1, indexes
-        assert env["NCCL_IB_GID_INDEX"] == str(indexes.pop())
+        # the lab's NCCL (libnccl.so.2.23.4) picks the GID itself (dynamic GID detection since
+        # 2.21.5): the role leaves the index unset and states the address family and RoCE version
+        assert "NCCL_IB_GID_INDEX" not in env, env
+        assert env["NCCL_IB_ADDR_FAMILY"] == "AF_INET" and env["NCCL_IB_ROCE_VERSION_NUM"] == "2", env
         assert env["NCCL_IB_TC"] == "106"  # fabricops_roce.dscp 26 -> ToS 106
     else:
         assert "NCCL_IB_GID_INDEX" not in env and "NCCL_IB_TC" not in env
