@@ -489,3 +489,13 @@ def test_phase_function_reports_settings_error_without_running():
     exps = {h: host_expect(h, v) for h, v in hostvars().items()}
     [r] = phase(fake, exps, {}, NcclSettingsError("fabricops_verify_nccl_max_bytes '1T' is not a size."))
     assert r.status == "error" and fake.calls == []
+
+
+def test_terminal_report_shows_the_nccl_column_and_fails_the_host():
+    from fabricops.verify import report
+
+    vr = run_phase(FakeMpi(gdr={"gpu02": False}))
+    text = report.terminal(vr)
+    row = next(ln for ln in text.splitlines() if ln.startswith("gpu02"))
+    assert "nccl" in text.splitlines()[2] and "2 FAIL" in row and "GPU Direct RDMA Disabled" in row
+    assert report.exit_status(vr) == 1
