@@ -280,7 +280,7 @@ NCCL_PLACEHOLDERS = {
 }
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 NCCL_MAX_BYTES_DEFAULT = "1G"
-NCCL_TIMEOUT_DEFAULT_S = 300
+NCCL_TIMEOUT_DEFAULT_S = 180
 
 
 @dataclass(frozen=True)

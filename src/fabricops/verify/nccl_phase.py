@@ -168,10 +168,17 @@ class RunResult:
 
 
 def _last_line(res: Mapping[str, Any]) -> str:
-    for stream in ("stderr", "stdout"):
-        lines = [ln.strip() for ln in str(res.get(stream) or "").splitlines() if ln.strip()]
-        if lines:
-            return lines[-1][:200]
+    """The line of output that says most: the last one naming a failure or error (mpirun prints its
+    own banner after a rank's ``Test CUDA failure``), else the last line that is not a rule."""
+    lines = [
+        ln.strip()
+        for stream in ("stdout", "stderr")
+        for ln in str(res.get(stream) or "").splitlines()
+        if ln.strip() and not re.fullmatch(r"[-=*#\s]+", ln.strip())
+    ]
+    telling = [ln for ln in lines if re.search(r"failure|error|WARN|unable|not enough", ln, re.IGNORECASE)]
+    if telling or lines:
+        return (telling or lines)[-1][:200]
     return f"exit {res.get('rc')} with no output"
 
 
