@@ -501,3 +501,11 @@ def test_terminal_report_shows_the_nccl_column_and_fails_the_host():
     row = next(ln for ln in text.splitlines() if ln.startswith("gpu02"))
     assert "nccl" in text.splitlines()[2] and "2 FAIL" in row and "GPU Direct RDMA Disabled" in row
     assert report.exit_status(vr) == 1
+
+
+def test_cli_accepts_only_nccl_and_the_opt_in_flag():
+    from fabricops.cli import build_parser
+
+    args = build_parser().parse_args(["verify", "--only", "nccl"])
+    assert (args.only, args.nccl) == ("nccl", False)
+    assert build_parser().parse_args(["verify", "--nccl"]).nccl is True
