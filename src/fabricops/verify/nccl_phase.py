@@ -482,7 +482,7 @@ def isolate(run, expects, rails, settings: NcclSettings, coll, slots, pred, band
             expect = model.predict(sub, expects[a].profile.gpu.nvlink).busbw_gbs
             rr = one([a, b], None)
             if rr is not None:
-                res = _subset_result(coll, ref, None, rr, expect, band, f"{a} with {b} (without {ref})")
+                res = _subset_result(coll, a, None, rr, expect, band, f"{a} with {b} (without {ref})")
                 if res.status == PASS:  # the others are fine together: the reference is the slow host
                     for r in slow:
                         r.status, r.message = PASS, r.message + f" (slow only with {ref})"
