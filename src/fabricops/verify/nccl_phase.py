@@ -182,7 +182,7 @@ def _last_line(res: Mapping[str, Any]) -> str:
     return f"exit {res.get('rc')} with no output"
 
 
-def launch(run, first: str, command: str, settings: NcclSettings, np_: int) -> RunResult:
+def launch(run, first: str, command: str, settings: NcclSettings, np_: int, n_hosts: int = 0) -> RunResult:
     res = run(first, command, settings.timeout_s)
     text = str(res.get("stdout") or "")
     out, _, json_text = text.partition(f"\n{JSON_MARK}\n")
@@ -223,6 +223,14 @@ def launch(run, first: str, command: str, settings: NcclSettings, np_: int) -> R
         )
     if rec.ranks is not None and rec.ranks != np_:
         return RunResult(False, f"ran on {rec.ranks} ranks, {np_} were launched", text=out, command=command)
+    on = sorted({d.host for d in rec.devices if d.host})
+    if n_hosts and on and len(on) != n_hosts:  # e.g. a launcher that put every rank on one host
+        return RunResult(
+            False,
+            f"its ranks ran on {len(on)} host(s) ({', '.join(on)[:120]}), {n_hosts} were asked for",
+            text=out,
+            command=command,
+        )
     top = max(rows, key=lambda r: r.bytes)
     if top.busbw is None:
         return RunResult(False, f"no busbw at the largest size {top.bytes} B", text=out, command=command)
@@ -333,7 +341,7 @@ def phase(
     for coll in settings.collectives:
         cmd = build_command(settings, hosts, slots, coll)
         say(f"nccl: {coll} across {len(hosts)} hosts")
-        rr = launch(run, hosts[0], cmd, settings, slots * len(hosts))
+        rr = launch(run, hosts[0], cmd, settings, slots * len(hosts), len(hosts))
         details = {"command": cmd, "prediction": pred.basis, "rails": rails, "floor_basis": floor.basis}
         if not rr.ok:
             results.append(
@@ -435,9 +443,8 @@ def isolate(run, expects, rails, settings: NcclSettings, coll, slots, pred, band
         if budget[0] <= 0:
             return None
         budget[0] -= 1
-        return launch(
-            run, subset[0], build_command(settings, subset, slots, coll, hca), settings, slots * len(subset)
-        )
+        cmd = build_command(settings, subset, slots, coll, hca)
+        return launch(run, subset[0], cmd, settings, slots * len(subset), len(subset))
 
     common_hcas = [h for h in rails[hosts[0]] if all(h in rails[x] for x in hosts)]
     nv = pred.nvlink_gbs

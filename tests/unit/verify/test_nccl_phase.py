@@ -509,3 +509,14 @@ def test_cli_accepts_only_nccl_and_the_opt_in_flag():
     args = build_parser().parse_args(["verify", "--only", "nccl"])
     assert (args.only, args.nccl) == ("nccl", False)
     assert build_parser().parse_args(["verify", "--nccl"]).nccl is True
+
+
+def test_ranks_all_on_one_host_are_an_error():
+    class OneHost(FakeMpi):
+        def __call__(self, host, command, timeout=60):
+            res = super().__call__(host, command, timeout)
+            res["stdout"] = re.sub(r" on +gpu0[234] ", " on      gpu01 ", res["stdout"])
+            return res
+
+    [b] = by(run_phase(OneHost()), "nccl_busbw")
+    assert b.status == "error" and "its ranks ran on 1 host(s) (gpu01), 4 were asked for" in b.message
