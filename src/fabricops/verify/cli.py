@@ -37,7 +37,14 @@ def register(subparsers) -> None:
     cliopts.add_common(p, limit_default="gpu_hosts",
                        limit_help="host pattern or group to verify (default: gpu_hosts)")
     p.add_argument("--profile", help="hardware profile (default: the inventory's fabricops_hardware_profile)")
-    p.add_argument("--only", choices=ONLY, help="run only the host, GPU, pairwise or cabling checks")
+    p.add_argument("--only", choices=ONLY,
+                   help="run only the host, GPU, pairwise, cabling or multi-node NCCL checks")
+    p.add_argument(
+        "--nccl",
+        action="store_true",
+        help="also run the multi-node NCCL phase (nccl-tests across the hosts; also "
+        "fabricops_verify_nccl: true in the inventory)",
+    )
     p.add_argument(
         "--skip",
         action="append",
@@ -156,6 +163,7 @@ def cmd_verify(args) -> int:
         serial=args.serial,
         rerun=not args.no_rerun,
         all_pairs=args.all_pairs,
+        nccl=args.nccl,
         progress=out.line,
         counter_baseline=baseline,
     )

@@ -21,7 +21,7 @@ from fabricops.verify.expect import HostExpect, PortExpect, _natural, host_expec
 from fabricops.verify.result import ERROR, CheckResult, passed
 from fabricops.verify.switchstate import ReadFn
 
-ONLY = ("hosts", "pairs", "gpus", "cabling")
+ONLY = ("hosts", "pairs", "gpus", "cabling", "nccl")
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Options:
     all_pairs: bool = False
     #: RoCE ISL byte counters (fabricops.verify.rounds.CounterFn): ISL coverage is observed from them
     isl_counters: Callable[..., Any] | None = None
+    #: run the multi-node NCCL phase in a full run (--nccl; also fabricops_verify_nccl: true)
+    nccl: bool = False
 
 
 @dataclass
@@ -117,7 +119,7 @@ def verify(
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(expects)))) as pool:
         for h, raw in pool.map(one, list(expects)):
             raws[h] = raw
-            if opts.only != "pairs":
+            if opts.only not in ("pairs", "nccl"):
                 res = hostchecks.evaluate(expects[h], raw, opts.only)
                 vr.results.extend(res)
                 bad = [r for r in res if not r.ok]
@@ -136,8 +138,31 @@ def verify(
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
+    if expects and _nccl_wanted(opts, hosts, hostvars):
+        vr.results.extend(_nccl_phase(run, expects, raws, hostvars, say))
     vr.wall_s = time.monotonic() - t0
     return vr
+
+
+def _nccl_wanted(opts: Options, hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> bool:
+    """``--only nccl``; in a full run only when asked (--nccl or fabricops_verify_nccl: true)."""
+    from fabricops.verify.expect import nccl_wanted
+
+    if opts.only == "nccl":
+        return True
+    return opts.only is None and (opts.nccl or nccl_wanted(next((hostvars.get(h) or {} for h in hosts), {})))
+
+
+def _nccl_phase(run, expects, raws, hostvars, say) -> list[CheckResult]:
+    """The multi-node NCCL phase (fabricops.verify.nccl_phase), settings from the first host."""
+    from fabricops.verify import nccl_phase
+    from fabricops.verify.expect import NcclSettingsError, nccl_settings
+
+    try:
+        settings = nccl_settings(hostvars.get(next(iter(expects))) or {})
+    except NcclSettingsError as exc:
+        settings = exc
+    return nccl_phase.phase(run, expects, raws, settings, say)
 
 
 def _ibstat_rates(raw: Mapping[str, Any]) -> dict[str, float]:

@@ -255,3 +255,128 @@ def _flag(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in ("0", "false", "no", "off", "n", "f", "")
     return bool(value)
+
+
+# --- multi-node NCCL phase settings (docs/verify.md, "Multi-node NCCL") -------------------------
+
+#: The default launcher: OpenMPI's mpirun, as sites launch nccl-tests (SPEC D). ``{mpi_env}`` becomes
+#: ``-x NAME=VALUE`` per setting (OpenMPI forwards only the variables named with -x to remote ranks).
+NCCL_LAUNCHER_DEFAULT = (
+    "mpirun --allow-run-as-root -np {np} -H {hostslots} --bind-to none {mpi_env} "
+    "{binary} -b 8 -e {max_bytes} -f 2 -g 1"
+)
+#: Placeholders a launcher template may use; every value is shell-quoted before it is put in.
+NCCL_PLACEHOLDERS = {
+    "np": "total ranks (planned GPUs per host x hosts)",
+    "hostslots": "host:slots list, e.g. gpu01:8,gpu02:8",
+    "hosts": "comma-separated host names",
+    "nodes": "number of hosts",
+    "ppn": "ranks per host (planned GPUs)",
+    "binary": "the nccl-tests binary (tests_dir/all_reduce_perf)",
+    "max_bytes": "largest message size (-e)",
+    "mpi_env": "OpenMPI -x NAME=VALUE flags (NCCL_DEBUG=INFO, NCCL_ALGO=Ring on two hosts, ...)",
+    "env": "the same settings as NAME=VALUE words (for `env {env} srun ...`)",
+    "json": "a private path for the -J JSON result file",
+}
+NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+NCCL_MAX_BYTES_DEFAULT = "1G"
+NCCL_TIMEOUT_DEFAULT_S = 180
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    launcher: str = NCCL_LAUNCHER_DEFAULT
+    tests_dir: str = ""  #: empty: the binaries are found on PATH
+    collectives: tuple[str, ...] = ("all_reduce",)
+    max_bytes: str = NCCL_MAX_BYTES_DEFAULT
+    timeout_s: int = NCCL_TIMEOUT_DEFAULT_S
+
+    @property
+    def max_bytes_n(self) -> int:
+        return _bytes(self.max_bytes)
+
+
+class NcclSettingsError(ValueError):
+    """A fabricops_verify_nccl_* value that cannot be used; the message is one sentence."""
+
+
+def _bytes(text: str) -> int:
+    import re
+
+    m = re.fullmatch(r"(\d+)([KMG]?)", text)
+    if not m:
+        raise NcclSettingsError(text)
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+
+
+def nccl_wanted(hostvars: Mapping[str, Any]) -> bool:
+    """``fabricops_verify_nccl: true`` opts the full verify run into the NCCL phase."""
+    return _flag(hostvars.get("fabricops_verify_nccl", False))
+
+
+def nccl_settings(hostvars: Mapping[str, Any]) -> NcclSettings:
+    """The NCCL phase's settings from the inventory; :class:`NcclSettingsError` names the bad one."""
+    import re
+    import string
+
+    launcher = hostvars.get("fabricops_verify_nccl_launcher") or NCCL_LAUNCHER_DEFAULT
+    if not isinstance(launcher, str):
+        raise NcclSettingsError("fabricops_verify_nccl_launcher must be a string (a command template).")
+    try:
+        fields = list(string.Formatter().parse(launcher))
+    except ValueError as exc:
+        raise NcclSettingsError(
+            f"fabricops_verify_nccl_launcher is not a valid template ({exc}); "
+            "write literal braces as {{ }}."
+        ) from None
+    names = set()
+    for _text, name, spec, conv in fields:
+        if name is None:
+            continue
+        if name not in NCCL_PLACEHOLDERS or spec or conv:
+            raise NcclSettingsError(
+                f"fabricops_verify_nccl_launcher has an unknown placeholder {{{name}}}; "
+                f"use only {', '.join('{' + k + '}' for k in NCCL_PLACEHOLDERS)}."
+            )
+        names.add(name)
+    if "binary" not in names:
+        raise NcclSettingsError(
+            "fabricops_verify_nccl_launcher must contain {binary} (the nccl-tests binary)."
+        )
+    if not names & {"mpi_env", "env"}:
+        raise NcclSettingsError(
+            "fabricops_verify_nccl_launcher must pass NCCL_DEBUG=INFO and NCCL_ALGO to the ranks: "
+            "put {mpi_env} (mpirun -x flags) or {env} (NAME=VALUE words) in it."
+        )
+    tests_dir = hostvars.get("fabricops_verify_nccl_tests_dir") or ""
+    if not isinstance(tests_dir, str) or "\n" in tests_dir:
+        raise NcclSettingsError("fabricops_verify_nccl_tests_dir must be a directory path (a string).")
+    raw = hostvars.get("fabricops_verify_nccl_collectives") or ["all_reduce"]
+    items = [s.strip() for s in raw.split(",")] if isinstance(raw, str) else list(raw)
+    collectives: list[str] = []
+    for c in items:
+        name = str(c).strip().removesuffix("_perf")
+        if name not in NCCL_COLLECTIVES:
+            raise NcclSettingsError(
+                f"fabricops_verify_nccl_collectives: unknown collective {str(c)!r}; "
+                f"choose from {', '.join(NCCL_COLLECTIVES)}."
+            )
+        if name not in collectives:
+            collectives.append(name)
+    if not collectives:
+        raise NcclSettingsError("fabricops_verify_nccl_collectives is empty; name at least all_reduce.")
+    max_bytes = str(hostvars.get("fabricops_verify_nccl_max_bytes") or NCCL_MAX_BYTES_DEFAULT).strip().upper()
+    if not re.fullmatch(r"[1-9]\d*[KMG]?", max_bytes) or not 8 <= _bytes(max_bytes) <= 64 << 30:
+        raise NcclSettingsError(
+            f"fabricops_verify_nccl_max_bytes {max_bytes!r} is not a size from 8 to 64G such as 1G or 8G."
+        )
+    timeout = hostvars.get("fabricops_verify_nccl_timeout_s", NCCL_TIMEOUT_DEFAULT_S)
+    try:
+        timeout_s = int(str(timeout).strip())
+    except ValueError:
+        timeout_s = 0
+    if isinstance(timeout, bool) or not 10 <= timeout_s <= 7200:
+        raise NcclSettingsError(
+            f"fabricops_verify_nccl_timeout_s {timeout!r} is not a whole number of seconds from 10 to 7200."
+        )
+    return NcclSettings(launcher, tests_dir, tuple(collectives), max_bytes, timeout_s)

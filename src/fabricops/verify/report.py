@@ -206,7 +206,8 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
         f"in {run.wall_s:.1f} s",
         "",
     ]
-    cats = [c for c in ("hosts", "gpus", "cabling", "pairs") if any(r.category == c for r in run.results)]
+    cats = [c for c in ("hosts", "gpus", "cabling", "pairs", "nccl")
+            if any(r.category == c for r in run.results)]
     per: dict[str, dict[str, list[CheckResult]]] = defaultdict(lambda: defaultdict(list))
     for r in run.results:
         for h in r.host.split("<->"):

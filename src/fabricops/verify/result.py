@@ -10,12 +10,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
-CATEGORIES = ("hosts", "gpus", "pairs")
+CATEGORIES = ("hosts", "gpus", "pairs", "nccl")
 
 
 @dataclass
 class CheckResult:
-    category: str  #: hosts | gpus | pairs
+    category: str  #: hosts | gpus | pairs | nccl
     check: str  #: e.g. ofed_version, hca_port, nvlink, ib_write_bw
     host: str  #: host name; for a pair "a<->b"
     device: str | None  #: mlx5_0/1, GPU3, netdev; None for host-wide checks
