@@ -11,8 +11,14 @@ from fabricops.verify import hostchecks
 from fabricops.verify.expect import PortExpect, host_expect, ofed_version
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP
 
+# The in-process emulated host has no lspci, PCIe sysfs, IOMMU groups or modinfo until the lab's
+# PCIe emulation (issue 19, branch pcie-lab) lands; the PCIe checks are tested in test_pcie.py.
+# At merge: drop this skip and add the four checks to the healthy host's PASS set below.
+PCIE_PENDING = ("pcie_link", "pcie_acs", "iommu", "gpudirect_mechanism")
+
 
 def _expect(hostvars, **kw):
+    kw["skip"] = [*kw.get("skip", ()), *PCIE_PENDING]
     return host_expect("gpu03", hostvars, switch_link_layers=SWITCH_LAYERS, **kw)
 
 
