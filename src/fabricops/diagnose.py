@@ -3,7 +3,9 @@
 Evidence (per host, over the inventory's SSH, read-only commands): ``ibv_devinfo -v``, ``ibstat``,
 the port state, rate and error counters in sysfs, the RoCE hw_counters, ``mlnx_qos`` and
 ``ethtool -S`` (two samples) per RoCE netdev, the DCQCN (ECN) switches in sysfs,
-``nvidia-smi nvlink --status``, ``ip -j addr``, ``/etc/nccl.conf``; IPoIB reachability between
+``nvidia-smi nvlink --status``, ``ip -j addr``, ``/etc/nccl.conf``; the GPU path (PCIe link
+width/speed in sysfs, ``lspci -D -vvv`` ACS control, IOMMU group types, ``lsmod``/``uname -r``/
+``modinfo -F license nvidia`` for the GPUDirect mechanism); IPoIB reachability between
 the hosts diagnosed; and, for switches in the inventory, their PFC/ECN state.
 
 Analysis (:func:`analyse`, pure, unit-tested) maps the evidence to the troubleshooting table in
