@@ -34,11 +34,15 @@ PCIE_CHECKS = ("pcie_link", "pcie_acs", "iommu", "gpudirect_mechanism")
 
 LINK_SYSFS_CMD = (
     "grep -H '' /sys/bus/pci/devices/*/current_link_speed /sys/bus/pci/devices/*/current_link_width "
-    "/sys/bus/pci/devices/*/max_link_speed /sys/bus/pci/devices/*/max_link_width 2>/dev/null; true"
+    "/sys/bus/pci/devices/*/max_link_speed /sys/bus/pci/devices/*/max_link_width "
+    "/sys/class/infiniband/*/device/current_link_speed /sys/class/infiniband/*/device/current_link_width "
+    "/sys/class/infiniband/*/device/max_link_speed /sys/class/infiniband/*/device/max_link_width "
+    "2>/dev/null; true"
 )
 HCA_PCI_CMD = "grep -H '' /sys/class/infiniband/*/device/uevent 2>/dev/null; true"
 IOMMU_CMD = (
-    "grep -H '' /sys/kernel/iommu_groups/*/type /sys/kernel/iommu_groups/*/devices/*/vendor 2>/dev/null; true"
+    "grep -H '' /sys/kernel/iommu_groups/*/type /sys/kernel/iommu_groups/*/devices/*/vendor "
+    "/sys/kernel/iommu_groups/*/devices/*/numa_node 2>/dev/null; true"
 )
 LSPCI_CMD = "lspci -D -vvv"
 
@@ -77,12 +81,12 @@ CAUSES = {
 
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _LINK_LINE = re.compile(
-    r"^/sys/bus/pci/devices/([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])/"
-    r"(current|max)_link_(speed|width):(.*)$"
+    r"^/sys/(?:bus/pci/devices/([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|"
+    r"class/infiniband/([^/]+)/device)/(current|max)_link_(speed|width):(.*)$"
 )
 _UEVENT_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/device/uevent:PCI_SLOT_NAME=(\S+)\s*$")
 _IOMMU_TYPE = re.compile(r"^/sys/kernel/iommu_groups/(\d+)/type:(.*)$")
-_IOMMU_DEV = re.compile(r"^/sys/kernel/iommu_groups/(\d+)/devices/([^/]+)/vendor:")
+_IOMMU_DEV = re.compile(r"^/sys/kernel/iommu_groups/(\d+)/devices/([^/]+)/(?:vendor|numa_node):")
 _SPEED = re.compile(r"^\s*([\d.]+)\s*GT/s")
 
 
@@ -103,19 +107,21 @@ def parse_speed(text: str) -> float | None:
 
 
 def parse_link_sysfs(text: str) -> dict[str, dict[str, Any]]:
-    """grep -H of the link files -> {bdf: {current_speed, current_width, max_speed, max_width, raw}}."""
+    """grep -H of the link files -> {bdf: {current_speed, current_width, max_speed, max_width, raw}};
+    an RDMA device's own ``/sys/class/infiniband/DEV/device/*_link_*`` (the same PCI device seen
+    from the RDMA side) is keyed by its name (``mlx5_0``)."""
     out: dict[str, dict[str, Any]] = {}
     for line in (text or "").replace("\r", "").splitlines():
         m = _LINK_LINE.match(line.strip())
         if not m:
             continue
-        entry = out.setdefault(bdf(m[1]), {"raw": {}})
-        value = m[4].strip()
-        entry["raw"][f"{m[2]}_link_{m[3]}"] = value
-        if m[3] == "speed":
-            entry[f"{m[2]}_speed"] = parse_speed(value)
+        entry = out.setdefault(bdf(m[1]) if m[1] else m[2], {"raw": {}})
+        value = m[5].strip()
+        entry["raw"][f"{m[3]}_link_{m[4]}"] = value
+        if m[4] == "speed":
+            entry[f"{m[3]}_speed"] = parse_speed(value)
         else:
-            entry[f"{m[2]}_width"] = int(value) if value.isdigit() else None
+            entry[f"{m[3]}_width"] = int(value) if value.isdigit() else None
     return out
 
 
@@ -215,9 +221,10 @@ def _lspci(ctx: Any, check: str) -> Any:
     return None
 
 
-def _devices(ctx: Any, gpus: Any, check: str) -> dict[str, str] | None:
+def _devices(ctx: Any, gpus: Any, check: str, hca_optional: bool = False) -> dict[str, Any]:
     """{GPU0|mlx5_0: bdf} of the GPUs (nvidia-smi) and the planned HCAs (sysfs uevent).
-    A planned HCA or a GPU without a PCI address is an ERROR result; None when nothing is known."""
+    A planned HCA or a GPU without a PCI address is an ERROR result (``hca_optional``: the HCA maps
+    to None and the caller decides)."""
     out = dict(gpu_bdfs(gpus))
     if ctx.expect.profile.gpu.count and gpus is None:
         ctx.add(
@@ -233,6 +240,8 @@ def _devices(ctx: Any, gpus: Any, check: str) -> dict[str, str] | None:
     for hca in hcas:
         if hca in pci:
             out[hca] = pci[hca]
+        elif hca_optional:
+            out[hca] = None
         else:
             ctx.add(
                 "gpus",
@@ -256,7 +265,7 @@ def _fmt_speed(v: float | None) -> str:
 
 def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
     """Every GPU and planned HCA: current width/speed == max (sysfs; lspci LnkSta/LnkCap confirms)."""
-    names = _devices(ctx, gpus, "pcie_link")
+    names = _devices(ctx, gpus, "pcie_link", hca_optional=True)
     text, why = _raw_ok(ctx, "pcie_sysfs")
     if why:
         ctx.add("gpus", "pcie_link", None, ERROR, f"{ctx.host}: {why}")
@@ -264,8 +273,11 @@ def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
     sysfs = parse_link_sysfs(text or "")
     lsp = _lspci_link(devices)
     for dev, addr in sorted(names.items(), key=lambda kv: (not kv[0].startswith("GPU"), _natural(kv[0]))):
-        s = sysfs.get(addr)
+        s = sysfs.get(addr) if addr else None
+        if s is None:
+            s = sysfs.get(dev)  # an HCA's own class/infiniband/DEV/device/*_link_*
         lp = lsp.get(addr) or {}
+        addr = addr or "PCI address unknown: no uevent PCI_SLOT_NAME"
         cap, sta = lp.get("lnkcap"), lp.get("lnksta")
         lspci_txt = (
             f"; lspci LnkSta {_fmt_speed(sta['speed_gts'])} GT/s x{sta['width']} of LnkCap "

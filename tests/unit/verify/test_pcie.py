@@ -8,12 +8,13 @@ and a ConnectX-7 under the same switch.
 
 STAND-IN: the real parser ``fabricops.parsers.lspci`` (SPEC-19 B) is written on branch pcie-lab;
 until it is merged, :class:`_StandIn` below implements the same API (parse/parents/path_between)
-minimally and is installed for these tests only. At merge the lead deletes the stand-in and the
-``lspci`` fixture so the tests run against the real parser.
+minimally and is installed for these tests only when the real module is not importable (after the
+merge the tests run against the real parser; the stand-in can then be deleted).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 import types
@@ -111,6 +112,11 @@ def _standin_path_between(devices: list, a: str, b: str) -> list:
 
 @pytest.fixture(autouse=True)
 def lspci(monkeypatch):
+    """The real parser once it is merged (branch pcie-lab), else the stand-in above."""
+    try:
+        return importlib.import_module("fabricops.parsers.lspci")
+    except ImportError:
+        pass
     mod = types.ModuleType("fabricops.parsers.lspci")
     mod.parse, mod.parents, mod.path_between = _standin_parse, _standin_parents, _standin_path_between
     monkeypatch.setitem(sys.modules, "fabricops.parsers.lspci", mod)
@@ -536,3 +542,28 @@ def test_helpers():
     assert pcie.kernel_version("4.18.0-513.el8.x86_64") == (4, 18)
     assert pcie.acs_redirect_bits({"SrcValid": True, "DirectTrans": True, "ReqRedir": False}) == []
     assert pcie.acs_redirect_bits({"CmpltRedir": True}) == ["CmpltRedir"]
+
+
+def test_hca_link_from_its_rdma_sysfs_when_uevent_has_no_slot_name(expect):
+    """/sys/class/infiniband/DEV/device/*_link_* is the HCA's PCIe link too (no PCI address needed)."""
+    uevent = "".join(x + "\n" for x in UEVENT.splitlines() if "mlx5_1" not in x)
+    text = sysfs_links() + "".join(
+        f"/sys/class/infiniband/mlx5_1/device/{k}:{v}\n"
+        for k, v in (
+            ("current_link_speed", "16.0 GT/s PCIe"),
+            ("current_link_width", "8"),
+            ("max_link_speed", "32.0 GT/s PCIe"),
+            ("max_link_width", "16"),
+        )
+    )
+    res = {x.device: x for x in by(run(expect, raw(hca_pci=ok(uevent), pcie_sysfs=ok(text))), "pcie_link")}
+    assert res["mlx5_1"].status == FAIL and "width x8 of x16" in res["mlx5_1"].message
+    assert res["mlx5_0"].status == PASS
+
+
+def test_iommu_members_read_from_numa_node_too(expect):
+    text = (
+        iommu_text("DMA").replace("/vendor:0x10de", "/numa_node:0").replace("/vendor:0x15b3", "/numa_node:1")
+    )
+    r = by(run(expect, raw(iommu=ok(text))), "iommu")[0]
+    assert r.status == FAIL and r.measured == {"GPU0": "DMA", "GPU1": "DMA", "mlx5_0": "DMA", "mlx5_1": "DMA"}
