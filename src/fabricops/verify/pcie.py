@@ -151,6 +151,22 @@ def parse_iommu(text: str) -> tuple[dict[str, str], dict[str, str]]:
     return types, members
 
 
+#: systemd's path-based interface names (systemd.net-naming-scheme(7)): ``en``/``ib`` + optional
+#: ``P<domain>`` + ``p<bus>s<slot>`` + optional ``f<function>`` (``ibp26s0``, ``enp170s0f1np1``).
+_NETDEV_PATH = re.compile(r"^(?:en|ib)(?:P(\d+))?p(\d+)s(\d+)(?:f(\d+))?(?:n\S*|d\d+)?$")
+
+
+def netdev_bdf(name: str | None) -> str | None:
+    """The PCI function a path-based netdev name encodes (``ibp26s0`` -> ``0000:1a:00.0``), else None."""
+    m = _NETDEV_PATH.match(name or "")
+    if not m:
+        return None
+    dom, bus, slot, fn = int(m[1] or 0), int(m[2]), int(m[3]), int(m[4] or 0)
+    if dom > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
+        return None
+    return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn}"
+
+
 def kernel_version(release: str) -> tuple[int, int] | None:
     """``5.15.0-91-generic`` -> (5, 15)."""
     m = re.match(r"^\s*(\d+)\.(\d+)", release or "")
@@ -238,8 +254,12 @@ def _devices(ctx: Any, gpus: Any, check: str, hca_optional: bool = False) -> dic
     hcas = sorted({p.hca for p in ctx.expect.ports})
     pci = parse_hca_pci(text or "")
     for hca in hcas:
+        named = {netdev_bdf(p.netdev) for p in ctx.expect.ports if p.hca == hca} - {None}
         if hca in pci:
             out[hca] = pci[hca]
+        elif len(named) == 1:
+            # no uevent: the path-based netdev name carries the address (systemd.net-naming-scheme)
+            out[hca] = named.pop()
         elif hca_optional:
             out[hca] = None
         else:

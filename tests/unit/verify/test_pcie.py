@@ -567,3 +567,22 @@ def test_iommu_members_read_from_numa_node_too(expect):
     )
     r = by(run(expect, raw(iommu=ok(text))), "iommu")[0]
     assert r.status == FAIL and r.measured == {"GPU0": "DMA", "GPU1": "DMA", "mlx5_0": "DMA", "mlx5_1": "DMA"}
+
+
+def test_hca_address_from_a_path_based_netdev_name_without_uevent():
+    """systemd.net-naming-scheme(7): ibp26s0 = bus 0x1a slot 0; enp170s0f1np1 = aa:00.1."""
+    assert pcie.netdev_bdf("ibp26s0") == "0000:1a:00.0"
+    assert pcie.netdev_bdf("enp170s0f1np1") == "0000:aa:00.1"
+    assert pcie.netdev_bdf("enP2p3s0") == "0002:03:00.0"
+    assert pcie.netdev_bdf("ens1f0") is None and pcie.netdev_bdf("ib0") is None
+    hv = {
+        "fabricops_hardware_profile": "hgx-h100-ndr",
+        "fabricops_verify_ports": [
+            {"hca": "mlx5_0", "port": 1, "netdev": "ibp26s0"},
+            {"hca": "mlx5_1", "port": 1, "netdev": "ibp154s0"},
+        ],
+    }
+    exp = host_expect("gpu01", hv, skip=OTHER_GPU_CHECKS)
+    res = run(exp, raw(hca_pci=ok("")))
+    assert [x for x in res if not x.ok] == []
+    assert {x.device for x in by(res, "pcie_link")} == {"GPU0", "GPU1", "mlx5_0", "mlx5_1"}
