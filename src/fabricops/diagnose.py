@@ -49,6 +49,7 @@ from fabricops.monitor.collector import (
     parse_rate,
     parse_state,
 )
+from fabricops.verify import pcie as pcie_cmds  # the GPU-path commands verify runs too
 
 Raw = Mapping[str, Mapping[str, Any]]
 Run = Callable[[str, str, float], Mapping[str, Any]]
@@ -97,15 +98,11 @@ BASE_COMMANDS = {
     "nvlink": "nvidia-smi nvlink --status",
     "nccl": "cat /etc/nccl.conf 2>/dev/null; true",
     # the GPU path (issue 19; the same evidence as verify's pcie checks, fabricops.verify.pcie)
-    "pcie_sysfs": (
-        "grep -H '' /sys/bus/pci/devices/*/current_link_speed /sys/bus/pci/devices/*/current_link_width "
-        "/sys/bus/pci/devices/*/max_link_speed /sys/bus/pci/devices/*/max_link_width 2>/dev/null; true"
-    ),
-    "hca_pci": "grep -H '' /sys/class/infiniband/*/device/uevent 2>/dev/null; true",
+    "pcie_sysfs": pcie_cmds.LINK_SYSFS_CMD,
+    "hca_pci": pcie_cmds.HCA_PCI_CMD,
     "gpu_pci": "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader",
-    "lspci": "lspci -D -vvv",
-    "iommu": "grep -H '' /sys/kernel/iommu_groups/*/type /sys/kernel/iommu_groups/*/devices/*/vendor "
-    "2>/dev/null; true",
+    "lspci": pcie_cmds.LSPCI_CMD,
+    "iommu": pcie_cmds.IOMMU_CMD,
     "cmdline": "cat /proc/cmdline",
     "lsmod": "lsmod",
     "uname": "uname -r",
@@ -364,13 +361,19 @@ def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Finding]:
 def _pcie_devices(raw: Raw) -> tuple[dict[str, str], dict[str, str]]:
     """({GPU0: bdf}, {mlx5_0: bdf}) from nvidia-smi and /sys/class/infiniband/*/device/uevent."""
     from fabricops.monitor.collector import parse_gpu_addresses
-    from fabricops.verify.pcie import parse_hca_pci
+    from fabricops.verify.pcie import netdev_bdf, parse_hca_pci
 
     try:
         gpus = parse_gpu_addresses(_ok(raw, "gpu_pci") or "")
     except SourceError:
         gpus = {}
-    return gpus, parse_hca_pci(_ok(raw, "hca_pci") or "")
+    hcas = parse_hca_pci(_ok(raw, "hca_pci") or "")
+    # no uevent: the path-based netdev name carries the address (systemd.net-naming-scheme)
+    for dev, names in parse_sysfs(_ok(raw, "sysfs") or "")["netdevs"].items():
+        found = {netdev_bdf(n) for n in names} - {None}
+        if dev not in hcas and len(found) == 1:
+            hcas[dev] = found.pop()
+    return gpus, hcas
 
 
 def _pcie_findings(host: str, raw: Raw) -> list[Finding]:

@@ -449,3 +449,9 @@ def test_gpu_path_order_by_likelihood():
                    lsmod=ok("Module                  Size  Used by\n"))
     assert [k for k, _ in kinds(d.analyse({"gpu04": raw}, CTX))] == [
         "pcie_downtrained", "acs_redirect", "iommu_translated", "no_gpudirect"]
+
+
+def test_hca_address_from_the_sysfs_netdev_without_uevent():
+    """No PCI_SLOT_NAME: mlx5_0's netdev ibp26s0 (sysfs evidence) names bus 0x1a."""
+    raw = gpu_path(hca_pci=ok(""), lspci=ok(_lspci(_ACS_ON)))
+    assert kinds(d.analyse({"gpu04": raw}, CTX)) == [("acs_redirect", "0000:17:02.0")]

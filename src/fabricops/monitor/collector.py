@@ -460,9 +460,27 @@ def hca_pci_addresses(sysfs: str = "/sys") -> dict[str, str]:
                 addr = line.split("=", 1)[1].strip()
         if not addr:
             addr = os.path.basename(os.path.realpath(os.path.join(base, dev, "device")))
-        if BDF_RE.match(addr or ""):
+        if not BDF_RE.match(addr or ""):
+            # the path-based netdev name carries the address (systemd.net-naming-scheme(7))
+            named = {netdev_pci_address(n) for n in _listdir(os.path.join(base, dev, "device/net"))} - {None}
+            addr = named.pop() if len(named) == 1 else None
+        if addr and BDF_RE.match(addr):
             out[dev] = pci_address(addr)
     return out
+
+
+NETDEV_PATH_RE = re.compile(r"^(?:en|ib)(?:P(\d+))?p(\d+)s(\d+)(?:f(\d+))?(?:n\S*|d\d+)?$")
+
+
+def netdev_pci_address(name: str) -> str | None:
+    """``ibp26s0`` -> ``0000:1a:00.0`` (path-based names), else None."""
+    m = NETDEV_PATH_RE.match(name)
+    if not m:
+        return None
+    dom, bus, slot, fn = int(m.group(1) or 0), int(m.group(2)), int(m.group(3)), int(m.group(4) or 0)
+    if dom > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
+        return None
+    return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn}"
 
 
 def parse_gpu_addresses(text: str) -> dict[str, str]:

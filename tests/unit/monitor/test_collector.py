@@ -319,3 +319,10 @@ def test_pcie_sources_fail_visibly(tmp_path):
     assert get(m, "fabricops_collector_source_up", source="pcie_sysfs") == 0
     assert not [k for k in m if k[0] == "fabricops_pcie_link_width" and ("device", "mlx5_0") in k[1]]
     assert c.parse_gts("Unknown") == 0.0 and c.parse_gts("garbage") is None
+
+
+def test_hca_address_from_its_netdev_name_without_uevent(tmp_path):
+    (tmp_path / "class/infiniband/mlx5_4/device/net/ibp26s0").mkdir(parents=True)
+    (tmp_path / "class/infiniband/mlx5_5/device/net/ens1f0").mkdir(parents=True)
+    assert c.hca_pci_addresses(str(tmp_path)) == {"mlx5_4": "0000:1a:00.0"}
+    assert c.netdev_pci_address("enp170s0f1np1") == "0000:aa:00.1"
