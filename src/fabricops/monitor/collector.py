@@ -665,7 +665,7 @@ def _collect_pcie(reg: Registry, host: str, config: dict, sysfs: str, run: Runne
                   source: Callable[[str, bool], None]) -> None:
     hcas = hca_pci_addresses(sysfs)
     gpus: dict[str, str] = {}
-    if config.get("gpus", True):
+    if config.get("gpus", config.get("nvlink", True)):  # a host without NVLink reading has no GPUs
         rc, out = run([config.get("nvidia_smi", "nvidia-smi"), "--query-gpu=index,pci.bus_id",
                        "--format=csv,noheader"])
         try:

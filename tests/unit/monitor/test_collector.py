@@ -287,7 +287,8 @@ def _pcie_run(lspci):
 
 def test_pcie_links_and_acs_metrics(tmp_path):
     _pcie_sysfs(tmp_path, hca0=("16.0 GT/s PCIe", "8"))
-    text = c.collect({"nvlink": False}, sysfs=str(tmp_path), run=_pcie_run(_lspci(_ACS_ON)), host="gpu01")
+    cfg = {"nvlink": False, "gpus": True}
+    text = c.collect(cfg, sysfs=str(tmp_path), run=_pcie_run(_lspci(_ACS_ON)), host="gpu01")
     m = parse_exposition(text)
     hca = {"host": "gpu01", "device": "mlx5_0", "pci": "0000:1a:00.0"}
     assert get(m, "fabricops_pcie_link_width", **hca) == 8
@@ -310,12 +311,13 @@ def test_pcie_links_and_acs_metrics(tmp_path):
 
 def test_pcie_sources_fail_visibly(tmp_path):
     _pcie_sysfs(tmp_path)
-    m = parse_exposition(c.collect({"nvlink": False}, sysfs=str(tmp_path),
+    m = parse_exposition(c.collect({"nvlink": False, "gpus": True}, sysfs=str(tmp_path),
                                    run=_pcie_run(_lspci(denied=True)), host="h"))
     assert get(m, "fabricops_collector_source_up", source="lspci") == 0  # access denied: not root
     assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect"]
     (tmp_path / "bus/pci/devices/0000:1a:00.0/current_link_width").unlink()
-    m = parse_exposition(c.collect({"nvlink": False}, sysfs=str(tmp_path), run=_pcie_run(_lspci()), host="h"))
+    cfg = {"nvlink": False, "gpus": True}
+    m = parse_exposition(c.collect(cfg, sysfs=str(tmp_path), run=_pcie_run(_lspci()), host="h"))
     assert get(m, "fabricops_collector_source_up", source="pcie_sysfs") == 0
     assert not [k for k in m if k[0] == "fabricops_pcie_link_width" and ("device", "mlx5_0") in k[1]]
     assert c.parse_gts("Unknown") == 0.0 and c.parse_gts("garbage") is None
@@ -326,3 +328,12 @@ def test_hca_address_from_its_netdev_name_without_uevent(tmp_path):
     (tmp_path / "class/infiniband/mlx5_5/device/net/ens1f0").mkdir(parents=True)
     assert c.hca_pci_addresses(str(tmp_path)) == {"mlx5_4": "0000:1a:00.0"}
     assert c.netdev_pci_address("enp170s0f1np1") == "0000:aa:00.1"
+
+
+def test_no_gpu_reading_where_nvlink_is_off(tmp_path):
+    """A host configured without NVLink (no GPUs) is not asked for GPU addresses; its HCAs still are."""
+    _pcie_sysfs(tmp_path)
+    m = parse_exposition(c.collect({"nvlink": False}, sysfs=str(tmp_path), run=_pcie_run(_lspci()), host="h"))
+    assert not [k for k in m if ("source", "gpu_pci") in k[1]]
+    assert get(m, "fabricops_pcie_link_width", device="mlx5_0") == 16
+    assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect"]
