@@ -3,7 +3,9 @@
 Evidence (per host, over the inventory's SSH, read-only commands): ``ibv_devinfo -v``, ``ibstat``,
 the port state, rate and error counters in sysfs, the RoCE hw_counters, ``mlnx_qos`` and
 ``ethtool -S`` (two samples) per RoCE netdev, the DCQCN (ECN) switches in sysfs,
-``nvidia-smi nvlink --status``, ``ip -j addr``, ``/etc/nccl.conf``; IPoIB reachability between
+``nvidia-smi nvlink --status``, ``ip -j addr``, ``/etc/nccl.conf``; the GPU path (PCIe link
+width/speed in sysfs, ``lspci -D -vvv`` ACS control, IOMMU group types, ``lsmod``/``uname -r``/
+``modinfo -F license nvidia`` for the GPUDirect mechanism); IPoIB reachability between
 the hosts diagnosed; and, for switches in the inventory, their PFC/ECN state.
 
 Analysis (:func:`analyse`, pure, unit-tested) maps the evidence to the troubleshooting table in
@@ -47,6 +49,7 @@ from fabricops.monitor.collector import (
     parse_rate,
     parse_state,
 )
+from fabricops.verify import pcie as pcie_cmds  # the GPU-path commands verify runs too
 
 Raw = Mapping[str, Mapping[str, Any]]
 Run = Callable[[str, str, float], Mapping[str, Any]]
@@ -67,6 +70,10 @@ LIKELIHOOD = {
     "connectivity": 72,
     "ecn_one_side": 70,
     "pfc_mismatch": 68,
+    "pcie_downtrained": 88,
+    "acs_redirect": 78,
+    "iommu_translated": 66,
+    "no_gpudirect": 64,
     "gid_index": 60,
     "mtu_mismatch": 55,
     "numa_affinity": 30,
@@ -90,6 +97,16 @@ BASE_COMMANDS = {
     "2>/dev/null; true",
     "nvlink": "nvidia-smi nvlink --status",
     "nccl": "cat /etc/nccl.conf 2>/dev/null; true",
+    # the GPU path (issue 19; the same evidence as verify's pcie checks, fabricops.verify.pcie)
+    "pcie_sysfs": pcie_cmds.LINK_SYSFS_CMD,
+    "hca_pci": pcie_cmds.HCA_PCI_CMD,
+    "gpu_pci": "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader",
+    "lspci": pcie_cmds.LSPCI_CMD,
+    "iommu": pcie_cmds.IOMMU_CMD,
+    "cmdline": "cat /proc/cmdline",
+    "lsmod": "lsmod",
+    "uname": "uname -r",
+    "modinfo_nvidia": "modinfo -F license nvidia",
 }
 ETHTOOL_GAP_S = 2.0
 
@@ -337,6 +354,122 @@ def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Finding]:
     out += _roce_findings(host, raw, ctx, sysfs)
     out += _nvlink_findings(host, raw)
     out += _gid_findings(host, raw, sysfs)
+    out += _pcie_findings(host, raw)
+    return out
+
+
+def _pcie_devices(raw: Raw) -> tuple[dict[str, str], dict[str, str]]:
+    """({GPU0: bdf}, {mlx5_0: bdf}) from nvidia-smi and /sys/class/infiniband/*/device/uevent."""
+    from fabricops.monitor.collector import parse_gpu_addresses
+    from fabricops.verify.pcie import netdev_bdf, parse_hca_pci
+
+    try:
+        gpus = parse_gpu_addresses(_ok(raw, "gpu_pci") or "")
+    except SourceError:
+        gpus = {}
+    hcas = parse_hca_pci(_ok(raw, "hca_pci") or "")
+    # no uevent: the path-based netdev name carries the address (systemd.net-naming-scheme)
+    for dev, names in parse_sysfs(_ok(raw, "sysfs") or "")["netdevs"].items():
+        found = {netdev_bdf(n) for n in names} - {None}
+        if dev not in hcas and len(found) == 1:
+            hcas[dev] = found.pop()
+    return gpus, hcas
+
+
+def _pcie_findings(host: str, raw: Raw) -> list[Finding]:
+    """Downtrained PCIe links, ACS redirect between a GPU and its NIC, translated IOMMU groups, and no
+    GPUDirect mechanism (docs/troubleshooting.md, "The GPU path")."""
+    from fabricops.monitor.collector import acs_paths, parse_lspci_acs
+    from fabricops.services import lsmod_modules
+    from fabricops.verify import pcie
+
+    out: list[Finding] = []
+    gpus, hcas = _pcie_devices(raw)
+    names = {**hcas, **gpus}
+    links = pcie.parse_link_sysfs(_ok(raw, "pcie_sysfs") or "")
+    for dev, addr in sorted(names.items()):
+        ln = links.get(addr) or {}
+        cw, mw, cs, ms = (ln.get(k) for k in ("current_width", "max_width", "current_speed", "max_speed"))
+        if not (mw and ms and cw is not None):
+            continue
+        if cs is not None and cw >= mw and cs >= ms:
+            continue
+        what = f"x{cw} {cs or 0:g} GT/s of x{mw} {ms:g} GT/s"
+        why = (
+            "lanes lost to a badly seated card or riser, a damaged slot or a lane fault"
+            if cw < mw
+            else "a riser/retimer of a lower generation, a BIOS slot speed setting or signal integrity"
+        )
+        out.append(_finding(
+            host, "pcie_downtrained", SYMPTOM_SLOW,
+            f"{dev} ({addr}) PCIe link trained at {what}: {why}; every byte NCCL moves through it "
+            "is capped by the narrower link",
+            [f"sysfs {addr}: current_link_width {cw}, current_link_speed "
+             f"{ln['raw'].get('current_link_speed')}, max_link_width {mw}, max_link_speed "
+             f"{ln['raw'].get('max_link_speed')}"],
+            f"Reseat {dev} (and its riser), check the BIOS PCIe slot speed, compare `lspci -s {addr} -vvv` "
+            "LnkSta with LnkCap; idle NVIDIA GPUs may lower the speed (not the width) until loaded.",
+            dev,
+        ))
+    text = _ok(raw, "lspci")
+    if text and gpus and hcas:
+        try:
+            paths = acs_paths(parse_lspci_acs(text), gpus, hcas)
+        except SourceError:
+            paths = []
+        bad: dict[str, list[str]] = {}
+        for p in paths:
+            if p["redirect"]:
+                bad.setdefault(p["bridge"], []).append(f"{p['gpu']}-{p['hca']}")
+        for bridge, pairs in sorted(bad.items()):
+            out.append(_finding(
+                host, "acs_redirect", f"{SYMPTOM_HANG}; {SYMPTOM_SLOW}",
+                f"ACS on PCIe bridge {bridge} between {', '.join(pairs)} redirects peer-to-peer traffic to "
+                "the root complex: GPUDirect RDMA is slow or hangs (NCCL troubleshooting, PCI Access Control "
+                "Services; NVIDIA/nccl#1737)",
+                [f"lspci -vvv {bridge}: ACSCtl ReqRedir+ or CmpltRedir+"],
+                f"Disable ACS on the PCIe switch ports (BIOS 'ACS' option, or `setpci -s {bridge} "
+                "ECAP_ACS+0x6.w=0000` at boot), then re-run fabricops verify (pcie_acs).",
+                bridge,
+            ))
+    types, members = pcie.parse_iommu(_ok(raw, "iommu") or "")
+    translated = sorted(
+        (d for d, a in names.items() if types.get(members.get(a, "")) in ("DMA", "DMA-FQ")), key=str
+    )
+    if translated:
+        kinds = sorted({types[members[names[d]]] for d in translated})
+        cmdline = (_ok(raw, "cmdline") or "").strip()
+        out.append(_finding(
+            host, "iommu_translated", f"{SYMPTOM_SLOW}; {SYMPTOM_HANG}",
+            f"the IOMMU translates DMA ({'/'.join(kinds)}) for {', '.join(translated)}: GPUDirect RDMA "
+            "is slow or fails (NCCL troubleshooting; Mellanox/nic-configuration-operator#102)",
+            ["/sys/kernel/iommu_groups: "
+             + ", ".join(f"{d} group {members[names[d]]}" for d in translated[:4])
+             + f" type {'/'.join(kinds)}", f"/proc/cmdline: {cmdline[:200] or 'unreadable'}"],
+            "Boot with iommu=pt (intel_iommu=on iommu=pt or amd_iommu=on iommu=pt) so the groups are "
+            "identity, or disable the IOMMU; then re-run fabricops verify (iommu).",
+            None,
+        ))
+    lsmod = _ok(raw, "lsmod")
+    rel = (_ok(raw, "uname") or "").strip()
+    lic = (_ok(raw, "modinfo_nvidia") or "").strip()
+    kver = pcie.kernel_version(rel)
+    if gpus and hcas and lsmod is not None and lsmod.lstrip().startswith("Module") and kver and (
+        lic or raw.get("modinfo_nvidia")
+    ):
+        peermem = "nvidia_peermem" in lsmod_modules(lsmod)
+        dmabuf = kver >= pcie.DMABUF_KERNEL and lic == pcie.OPEN_LICENSE
+        if not peermem and not dmabuf:
+            out.append(_finding(
+                host, "no_gpudirect", SYMPTOM_SLOW,
+                "no GPUDirect RDMA mechanism: nvidia_peermem is not loaded and DMA-BUF is unavailable "
+                f"(kernel {rel}, nvidia module license {lic or 'unknown'}): NCCL stages every transfer "
+                "through host memory ('GPU Direct RDMA Disabled' in NCCL_DEBUG=INFO)",
+                [f"lsmod: no nvidia_peermem; uname -r {rel}; modinfo -F license nvidia: {lic or 'failed'}"],
+                "Load nvidia_peermem (the gpudirect role; an openibd restart unloads it) or use Linux "
+                ">= 5.12 with the open NVIDIA kernel module (DMA-BUF).",
+                None,
+            ))
     return out
 
 

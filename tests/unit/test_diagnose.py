@@ -352,3 +352,130 @@ def test_mtu_mismatch_is_judged_per_rail():
     assert [(f.host, f.device) for f in found] == [("c", "mlx4_0/1")]
     assert "rail mlx4_0/1: active MTU 4096 on c where the other hosts of the rail have 2048" in found[0].cause
     assert "NVIDIA/nccl#1524" in found[0].cause and "rail mlx4_0/1" in found[0].remedy
+
+
+# --- the GPU path: PCIe link, ACS, IOMMU, GPUDirect mechanism (issue 19) ---------------------------
+
+_LINKS = {"0000:18:00.0": ("32.0 GT/s PCIe", "16"), "0000:1a:00.0": ("32.0 GT/s PCIe", "16")}
+_ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+_ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+
+
+def _pcie_sysfs(**cur):
+    lines = []
+    for addr, (speed, width) in {**_LINKS, **cur}.items():
+        lines += [f"/sys/bus/pci/devices/{addr}/current_link_speed:{speed}",
+                  f"/sys/bus/pci/devices/{addr}/current_link_width:{width}",
+                  f"/sys/bus/pci/devices/{addr}/max_link_speed:32.0 GT/s PCIe",
+                  f"/sys/bus/pci/devices/{addr}/max_link_width:16"]
+    return "\n".join(lines) + "\n"
+
+
+def _lspci(acs=_ACS_OFF):
+    """pciutils' format (lspci.c "Bus: primary=..", ls-caps.c "ACSCtl:"): 16:00.0 switch upstream ->
+    17:00.0 (GPU0 18:00.0) and 17:02.0 (mlx5_0 1a:00.0)."""
+    def bridge(bdf, prim, sec, ctl=None):
+        t = (f"{bdf} PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal "
+             f"decode])\n\tBus: primary={prim}, secondary={sec}, subordinate={sec if ctl else '1a'}, "
+             "sec-latency=0\n")
+        if ctl:
+            t += f"\tCapabilities: [f24 v1] Access Control Services\n\t\tACSCtl:\t{ctl}\n"
+        return t + "\n"
+
+    return (bridge("0000:16:00.0", "16", "17") + bridge("0000:17:00.0", "17", "18", _ACS_OFF)
+            + bridge("0000:17:02.0", "17", "1a", acs)
+            + "0000:18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n\n"
+            + "0000:1a:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n\n")
+
+
+def _iommu(kind="identity"):
+    return (f"/sys/kernel/iommu_groups/27/type:{kind}\n/sys/kernel/iommu_groups/29/type:{kind}\n"
+            "/sys/kernel/iommu_groups/27/devices/0000:18:00.0/vendor:0x10de\n"
+            "/sys/kernel/iommu_groups/29/devices/0000:1a:00.0/vendor:0x15b3\n")
+
+
+def gpu_path(**over) -> dict:
+    raw = evidence(
+        pcie_sysfs=ok(_pcie_sysfs()),
+        hca_pci=ok("/sys/class/infiniband/mlx5_0/device/uevent:PCI_SLOT_NAME=0000:1a:00.0\n"),
+        gpu_pci=ok("0, 00000000:18:00.0\n"),
+        lspci=ok(_lspci()),
+        iommu=ok(_iommu()),
+        cmdline=ok("BOOT_IMAGE=/vmlinuz ro quiet\n"),
+        lsmod=ok("Module                  Size  Used by\nnvidia_peermem         16384  0\n"),
+        uname=ok("6.5.0-35-generic\n"),
+        modinfo_nvidia=ok("NVIDIA\n"),
+    )
+    raw.update(over)
+    return raw
+
+
+def test_gpu_path_healthy_gives_no_finding():
+    assert d.analyse({"gpu04": gpu_path()}, CTX) == []
+
+
+def test_gpu_path_commands_are_collected():
+    for key in ("pcie_sysfs", "hca_pci", "gpu_pci", "lspci", "iommu", "cmdline", "lsmod", "uname",
+                "modinfo_nvidia"):
+        assert key in d.BASE_COMMANDS
+    assert d.BASE_COMMANDS["lspci"] == "lspci -D -vvv"
+
+
+def test_downtrained_hca_link_is_named_with_cause_and_remedy():
+    slow = _pcie_sysfs(**{"0000:1a:00.0": ("16.0 GT/s PCIe", "8")})
+    found = d.analyse({"gpu04": gpu_path(pcie_sysfs=ok(slow))}, CTX)
+    assert kinds(found) == [("pcie_downtrained", "mlx5_0")]
+    f = found[0]
+    assert f.symptom == d.SYMPTOM_SLOW
+    assert "mlx5_0 (0000:1a:00.0) PCIe link trained at x8 16 GT/s of x16 32 GT/s" in f.cause
+    assert "lanes lost" in f.cause and "current_link_width 8" in f.evidence[0]
+    assert "Reseat mlx5_0" in f.remedy and "lspci -s 0000:1a:00.0 -vvv" in f.remedy
+
+
+def test_gpu_at_full_width_lower_speed_names_speed_cause():
+    slow = _pcie_sysfs(**{"0000:18:00.0": ("16 GT/s", "16")})
+    found = d.analyse({"gpu04": gpu_path(pcie_sysfs=ok(slow))}, CTX)
+    assert kinds(found) == [("pcie_downtrained", "GPU0")]
+    assert "lower generation" in found[0].cause
+
+
+def test_acs_redirect_between_gpu_and_nic():
+    found = d.analyse({"gpu04": gpu_path(lspci=ok(_lspci(_ACS_ON)))}, CTX)
+    assert kinds(found) == [("acs_redirect", "0000:17:02.0")]
+    f = found[0]
+    assert "NCCL timeout" in f.symptom and "bandwidth too low" in f.symptom
+    assert "between GPU0-mlx5_0" in f.cause and "nccl#1737" in f.cause
+    assert "Disable ACS" in f.remedy and "setpci -s 0000:17:02.0" in f.remedy
+
+
+def test_translated_iommu_with_cmdline_as_evidence():
+    found = d.analyse({"gpu04": gpu_path(iommu=ok(_iommu("DMA-FQ")))}, CTX)
+    assert kinds(found) == [("iommu_translated", None)]
+    f = found[0]
+    assert "DMA-FQ" in f.cause and "GPU0, mlx5_0" in f.cause
+    assert "/proc/cmdline: BOOT_IMAGE=/vmlinuz ro quiet" in f.evidence
+    assert "iommu=pt" in f.remedy
+
+
+def test_no_gpudirect_mechanism_and_dmabuf_is_enough():
+    no_peermem = ok("Module                  Size  Used by\nnvidia              56840192  0\n")
+    found = d.analyse({"gpu04": gpu_path(lsmod=no_peermem)}, CTX)
+    assert kinds(found) == [("no_gpudirect", None)]
+    assert "nvidia_peermem is not loaded" in found[0].cause and "gpudirect role" in found[0].remedy
+    assert d.analyse({"gpu04": gpu_path(lsmod=no_peermem, modinfo_nvidia=ok("Dual MIT/GPL\n"))}, CTX) == []
+    old = gpu_path(lsmod=no_peermem, modinfo_nvidia=ok("Dual MIT/GPL\n"), uname=ok("5.4.0-150-generic\n"))
+    assert kinds(d.analyse({"gpu04": old}, CTX)) == [("no_gpudirect", None)]
+
+
+def test_gpu_path_order_by_likelihood():
+    raw = gpu_path(pcie_sysfs=ok(_pcie_sysfs(**{"0000:1a:00.0": ("16.0 GT/s PCIe", "8")})),
+                   lspci=ok(_lspci(_ACS_ON)), iommu=ok(_iommu("DMA")),
+                   lsmod=ok("Module                  Size  Used by\n"))
+    assert [k for k, _ in kinds(d.analyse({"gpu04": raw}, CTX))] == [
+        "pcie_downtrained", "acs_redirect", "iommu_translated", "no_gpudirect"]
+
+
+def test_hca_address_from_the_sysfs_netdev_without_uevent():
+    """No PCI_SLOT_NAME: mlx5_0's netdev ibp26s0 (sysfs evidence) names bus 0x1a."""
+    raw = gpu_path(hca_pci=ok(""), lspci=ok(_lspci(_ACS_ON)))
+    assert kinds(d.analyse({"gpu04": raw}, CTX)) == [("acs_redirect", "0000:17:02.0")]

@@ -11,7 +11,11 @@ Sources (docs/monitoring.md lists every metric):
 - ``/sys/class/infiniband/DEV/ports/P/{state,phys_state,rate,link_layer}``, ``counters/*`` and
   ``hw_counters/*`` (InfiniBand port counters; RoCE CNP/ECN/retransmit counters);
 - ``ethtool -S NETDEV`` for the RoCE netdevs (mlx5 per-priority PFC pause counters);
-- ``nvidia-smi nvlink --status`` and ``nvidia-smi nvlink -e`` (NVLink state and error counters).
+- ``nvidia-smi nvlink --status`` and ``nvidia-smi nvlink -e`` (NVLink state and error counters);
+- ``/sys/bus/pci/devices/BDF/{current,max}_link_{speed,width}`` of every HCA
+  (``/sys/class/infiniband/DEV/device/uevent`` PCI_SLOT_NAME) and GPU (``nvidia-smi --query-gpu``),
+  and ``lspci -D -vvv`` for the ACS control bits of the bridges between a GPU and an HCA under the
+  same PCIe switch (root needed, as the collector runs).
 
 Usage: ``fabricops-collector [--config FILE] [--output FILE] [--sysfs DIR]``. Without ``--output``
 the metrics go to stdout; with it they are written to a temporary file in the same directory and
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable  # noqa: F401  (Callable: the Runner alias, a string for Python 3.8)
+from collections.abc import Callable, Iterable
 
 PREFIX = "fabricops_"
 
@@ -107,6 +111,17 @@ nvlink_recovery_errors_total counter
     NVLink recovery errors (nvidia-smi nvlink -e).
 nvlink_crc_errors_total counter
     NVLink CRC errors (nvidia-smi nvlink -e; flit and data CRC summed where printed apart).
+pcie_link_width gauge
+    Negotiated PCIe link width of a GPU or HCA in lanes (sysfs current_link_width).
+pcie_link_speed_gts gauge
+    Negotiated PCIe link speed in GT/s (sysfs current_link_speed; 0 when Unknown: no link).
+pcie_link_max_width gauge
+    Maximum PCIe link width of the device in lanes (sysfs max_link_width).
+pcie_link_max_speed_gts gauge
+    Maximum PCIe link speed of the device in GT/s (sysfs max_link_speed).
+pcie_acs_redirect gauge
+    1 when ACS on a bridge between a GPU and an HCA under the same PCIe switch redirects peer-to-peer
+    traffic to the root complex (ACSCtl ReqRedir+ or CmpltRedir+), else 0.
 collector_source_up gauge
     1 when a source could be read on the last run, 0 when it failed.
 collector_last_run_timestamp_seconds gauge
@@ -408,6 +423,170 @@ def nvlink_metrics(reg: Registry, host: str, status: list[dict], errors: list[di
         reg.add(NVLINK_ERRORS[kind], {"host": host, "gpu": gpu, "link": link}, value)
 
 
+# --- PCIe --------------------------------------------------------------------------------------
+
+BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+GTS_RE = re.compile(r"^\s*([\d.]+)\s*GT/s")
+LSPCI_DEV_RE = re.compile(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ")
+LSPCI_BUS_RE = re.compile(r"^\s+Bus: primary=([0-9a-fA-F]+), secondary=([0-9a-fA-F]+), subordinate=")
+LSPCI_ACSCTL_RE = re.compile(r"^\s+ACSCtl:\s+(.*)$")
+
+
+def pci_address(value: str) -> str:
+    """``00000000:18:00.0`` (nvidia-smi) -> ``0000:18:00.0``."""
+    v = value.strip().lower()
+    dom, _, rest = v.partition(":")
+    return f"{int(dom, 16):04x}:{rest}" if rest and len(dom) >= 4 else v
+
+
+def parse_gts(text: str | None) -> float | None:
+    """sysfs link speed ``32.0 GT/s PCIe`` / ``32 GT/s`` -> 32.0; ``Unknown`` -> 0.0; None unreadable."""
+    if text is None:
+        return None
+    m = GTS_RE.match(text)
+    if m:
+        return float(m.group(1))
+    return 0.0 if text.strip() == "Unknown" else None
+
+
+def hca_pci_addresses(sysfs: str = "/sys") -> dict[str, str]:
+    """RDMA device -> its PCI function (uevent PCI_SLOT_NAME, else the device link's name)."""
+    base = os.path.join(sysfs, "class/infiniband")
+    out = {}
+    for dev in _listdir(base):
+        addr = None
+        for line in (_read(os.path.join(base, dev, "device/uevent")) or "").splitlines():
+            if line.startswith("PCI_SLOT_NAME="):
+                addr = line.split("=", 1)[1].strip()
+        if not addr:
+            addr = os.path.basename(os.path.realpath(os.path.join(base, dev, "device")))
+        if not BDF_RE.match(addr or ""):
+            # the path-based netdev name carries the address (systemd.net-naming-scheme(7))
+            named = {netdev_pci_address(n) for n in _listdir(os.path.join(base, dev, "device/net"))} - {None}
+            addr = named.pop() if len(named) == 1 else None
+        if addr and BDF_RE.match(addr):
+            out[dev] = pci_address(addr)
+    return out
+
+
+NETDEV_PATH_RE = re.compile(r"^(?:en|ib)(?:P(\d+))?p(\d+)s(\d+)(?:f(\d+))?(?:n\S*|d\d+)?$")
+
+
+def netdev_pci_address(name: str) -> str | None:
+    """``ibp26s0`` -> ``0000:1a:00.0`` (path-based names), else None."""
+    m = NETDEV_PATH_RE.match(name)
+    if not m:
+        return None
+    dom, bus, slot, fn = int(m.group(1) or 0), int(m.group(2)), int(m.group(3)), int(m.group(4) or 0)
+    if dom > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
+        return None
+    return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn}"
+
+
+def parse_gpu_addresses(text: str) -> dict[str, str]:
+    """``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` -> {GPU0: 0000:18:00.0}."""
+    out = {}
+    for line in text.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and BDF_RE.match(parts[1]):
+            out["GPU" + parts[0]] = pci_address(parts[1])
+    if text.strip() and not out:
+        raise SourceError("not nvidia-smi --query-gpu=index,pci.bus_id CSV")
+    return out
+
+
+def read_pcie_links(sysfs: str, devices: dict[str, str]) -> list[dict]:
+    """Current and maximum width/speed per device (missing files: the device is left out)."""
+    out = []
+    for name, addr in sorted(devices.items()):
+        d = os.path.join(sysfs, "bus/pci/devices", addr)
+        vals = {
+            "width": _read(os.path.join(d, "current_link_width")),
+            "speed": parse_gts(_read(os.path.join(d, "current_link_speed"))),
+            "max_width": _read(os.path.join(d, "max_link_width")),
+            "max_speed": parse_gts(_read(os.path.join(d, "max_link_speed"))),
+        }
+        if any(v is None for v in vals.values()):
+            continue
+        try:
+            vals["width"], vals["max_width"] = int(vals["width"]), int(vals["max_width"])
+        except ValueError:
+            continue
+        out.append(dict(vals, device=name, pci=addr))
+    return out
+
+
+def parse_lspci_acs(text: str) -> dict[str, dict]:
+    """``lspci -D -vvv`` -> {bdf: {"secondary": int|None, "redirect": bool|None}} (stdlib; the
+    controller's full parser is fabricops.parsers.lspci). ``redirect`` None: no ACS capability."""
+    devs: dict[str, dict] = {}
+    cur = None
+    denied = False
+    for line in text.splitlines():
+        m = LSPCI_DEV_RE.match(line)
+        if m:
+            cur = devs.setdefault(m.group(1).lower(), {"secondary": None, "redirect": None})
+            continue
+        if cur is None:
+            continue
+        if line.strip() == "Capabilities: <access denied>":
+            denied = True
+        m = LSPCI_BUS_RE.match(line)
+        if m:
+            cur["secondary"] = int(m.group(2), 16)
+        m = LSPCI_ACSCTL_RE.match(line)
+        if m:
+            bits = m.group(1).split()
+            cur["redirect"] = "ReqRedir+" in bits or "CmpltRedir+" in bits
+    if not devs:
+        raise SourceError("not lspci -D -vvv output")
+    if denied:
+        raise SourceError("lspci: Capabilities: <access denied> (the collector needs root)")
+    return devs
+
+
+def _upstream(devs: dict[str, dict], addr: str) -> list[str]:
+    """The bridges above ``addr``, nearest first."""
+    chain: list[str] = []
+    while True:
+        dom, bus = addr[:4], int(addr[5:7], 16)
+        up = [b for b, d in devs.items() if b[:4] == dom and d["secondary"] == bus and b not in chain]
+        if not up:
+            return chain
+        addr = up[0]
+        chain.append(addr)
+
+
+def acs_paths(devs: dict[str, dict], gpus: dict[str, str], hcas: dict[str, str]) -> list[dict]:
+    """Per GPU-HCA pair under one PCIe switch (a common bridge below the host bridge, nvidia-smi
+    topo's PIX/PXB): each bridge on the path with its redirect state."""
+    out = []
+    for g, ga in sorted(gpus.items()):
+        for h, ha in sorted(hcas.items()):
+            if ga not in devs or ha not in devs:
+                continue
+            up_g, up_h = _upstream(devs, ga), _upstream(devs, ha)
+            common = next((b for b in up_g if b in up_h), None)
+            if common is None:  # they meet only at the host bridge (PHB/NODE/SYS): no P2P path
+                continue
+            path = up_g[: up_g.index(common) + 1] + up_h[: up_h.index(common)]
+            for b in path:
+                out.append({"gpu": g, "hca": h, "bridge": b, "redirect": bool(devs[b]["redirect"])})
+    return out
+
+
+def pcie_metrics(reg: Registry, host: str, links: list[dict], acs: list[dict] | None) -> None:
+    for ln in links:
+        labels = {"host": host, "device": ln["device"], "pci": ln["pci"]}
+        reg.add("pcie_link_width", labels, ln["width"])
+        reg.add("pcie_link_speed_gts", labels, ln["speed"])
+        reg.add("pcie_link_max_width", labels, ln["max_width"])
+        reg.add("pcie_link_max_speed_gts", labels, ln["max_speed"])
+    for a in acs or []:
+        reg.add("pcie_acs_redirect", {"host": host, "bridge": a["bridge"], "gpu": a["gpu"], "hca": a["hca"]},
+                1 if a["redirect"] else 0)
+
+
 # --- one run ---------------------------------------------------------------------------------
 
 def run_command(argv: list[str]) -> tuple[int, str]:
@@ -473,10 +652,43 @@ def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_c
             source("nvlink_errors", False)
         nvlink_metrics(reg, host, status, errors)
 
+    if config.get("pcie", True):
+        _collect_pcie(reg, host, config, sysfs, run, source)
+
     stamp = now if now is not None else time.time()
     reg.add("collector_last_run_timestamp_seconds", {"host": host}, round(stamp, 3))
     reg.add("collector_duration_seconds", {"host": host}, round(time.monotonic() - start, 6))
     return reg.render()
+
+
+def _collect_pcie(reg: Registry, host: str, config: dict, sysfs: str, run: Runner,
+                  source: Callable[[str, bool], None]) -> None:
+    hcas = hca_pci_addresses(sysfs)
+    gpus: dict[str, str] = {}
+    if config.get("gpus", config.get("nvlink", True)):  # a host without NVLink reading has no GPUs
+        rc, out = run([config.get("nvidia_smi", "nvidia-smi"), "--query-gpu=index,pci.bus_id",
+                       "--format=csv,noheader"])
+        try:
+            if rc != 0:
+                raise SourceError(f"nvidia-smi exited {rc}")
+            gpus = parse_gpu_addresses(out)
+            source("gpu_pci", True)
+        except SourceError:
+            source("gpu_pci", False)
+    devices = dict(hcas, **gpus)
+    links = read_pcie_links(sysfs, devices)
+    source("pcie_sysfs", len(links) == len(devices))
+    acs = None
+    if gpus and hcas:
+        rc, out = run([config.get("lspci", "lspci"), "-D", "-vvv"])
+        try:
+            if rc != 0:
+                raise SourceError(f"lspci exited {rc}")
+            acs = acs_paths(parse_lspci_acs(out), gpus, hcas)
+            source("lspci", True)
+        except SourceError:
+            source("lspci", False)
+    pcie_metrics(reg, host, links, acs)
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -497,7 +709,9 @@ def write_atomic(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fabricops-collector", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", help="JSON file: expected_rate_gbps, ethtool, nvidia_smi, nvlink, host")
+    parser.add_argument(
+        "--config", help="JSON file: expected_rate_gbps, ethtool, nvidia_smi, nvlink, host, pcie, gpus, lspci"
+    )
     parser.add_argument("--output", help="write the metrics to this .prom file (atomically)")
     parser.add_argument("--sysfs", default="/sys", help="sysfs root (tests)")
     args = parser.parse_args(argv)

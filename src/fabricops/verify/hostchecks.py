@@ -19,7 +19,9 @@ from fabricops.model import rates
 from fabricops.model.nvlink import NVLINK
 from fabricops.model.profiles import threshold_for
 from fabricops.parsers import parse
+from fabricops.verify import pcie
 from fabricops.verify.expect import HostExpect, PortExpect
+from fabricops.verify.pcie import PCIE_CHECKS
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
 Raw = Mapping[str, Mapping[str, Any]]
@@ -28,7 +30,10 @@ HOST_CHECKS = (
     "ofed_version", "hca_port", "error_counters", "subnet_manager", "gpudirect",
     "ipoib", "roce_qos", "nccl_profile",
 )
-GPU_CHECKS = ("gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity", "fabric_manager")
+GPU_CHECKS = (
+    "gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity", "fabric_manager",
+    *PCIE_CHECKS,
+)
 #: The kernel module of GPUDirect RDMA (the gpudirect role's gpudirect_module default).
 PEERMEM = "nvidia_peermem"
 
@@ -128,12 +133,13 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
     if "error_counters" in want:
         for p in _ib_candidates(expect):
             cmds[f"perfquery:{p.device}"] = f"perfquery -C {shlex.quote(p.hca)} -P {p.port}"
-    if want & {"gpu_count", "gpu_model"}:
+    if want & {"gpu_count", "gpu_model", *PCIE_CHECKS}:
         cmds["nvidia_query"] = "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id --format=csv"
     if "nvlink" in want:
         cmds["nvlink"] = "nvidia-smi nvlink --status"
-    if want & {"gpu_topology", "nic_gpu_affinity"}:
+    if want & {"gpu_topology", "nic_gpu_affinity", "pcie_acs"}:
         cmds["topo"] = "nvidia-smi topo -m"
+    cmds.update(pcie_commands(expect, want))
     if "roce_qos" in want and expect.roce is not None:
         try:
             states = roce_port_states(expect)
@@ -171,6 +177,25 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
             name = shlex.quote(i["name"])
             cmds[f"ipoib_addr:{i['name']}"] = f"ip -j addr show dev {name}"
             cmds[f"ipoib_mode:{i['name']}"] = f"cat /sys/class/net/{name}/mode"
+    return cmds
+
+
+def pcie_commands(expect: HostExpect, want: set[str]) -> dict[str, str]:
+    """What the PCIe / IOMMU / GPUDirect-mechanism checks read (fabricops.verify.pcie)."""
+    cmds: dict[str, str] = {}
+    if want & {"pcie_link", "pcie_acs", "iommu"}:
+        cmds["hca_pci"] = pcie.HCA_PCI_CMD
+    if want & {"pcie_link", "pcie_acs"}:
+        cmds["lspci"] = pcie.LSPCI_CMD
+    if "pcie_link" in want:
+        cmds["pcie_sysfs"] = pcie.LINK_SYSFS_CMD
+    if "iommu" in want:
+        cmds["iommu"] = pcie.IOMMU_CMD
+        cmds["cmdline"] = "cat /proc/cmdline"
+    if "gpudirect_mechanism" in want and expect.gpudirect and _gpudirect_applicable(expect):
+        cmds["lsmod"] = "lsmod"
+        cmds["uname"] = "uname -r"
+        cmds["modinfo_nvidia"] = "modinfo -F license nvidia"
     return cmds
 
 
@@ -314,10 +339,13 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
     gpus = None
     if want & {"gpu_count", "gpu_model"}:
         gpus = _gpus(ctx, want)
+    elif want & set(PCIE_CHECKS):
+        gpus = _quiet_tool(raw, "nvidia_query", "nvidia-smi-query", "rows")
     if "nvlink" in want:
         _nvlink(ctx)
     if want & {"gpu_topology", "nic_gpu_affinity"}:
         _topo(ctx, want, layers, gpus)
+    _pcie(ctx, want, gpus)
     if "fabric_manager" in want:
         _fabric_manager(ctx)
     if "subnet_manager" in want:
@@ -331,6 +359,39 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
     if "ipoib" in want:
         _ipoib(ctx)
     return ctx.out
+
+
+def _quiet_tool(raw: Raw, key: str, tool: str, attr: str | None = None) -> Any:
+    """Parsed output of ``key`` (``attr`` of it), or None without adding a result."""
+    res = raw.get(key)
+    if not res or res.get("rc") not in (0, None):
+        return None
+    try:
+        rec = parse(tool, res.get("stdout") or "")
+    except ParseError:
+        return None
+    return getattr(rec, attr) if attr else rec
+
+
+def _pcie(ctx: _Ctx, want: set[str], gpus: Any) -> None:
+    """pcie_link, pcie_acs, iommu, gpudirect_mechanism (fabricops.verify.pcie)."""
+    if not want & set(PCIE_CHECKS):
+        return
+    devices = None
+    if want & {"pcie_link", "pcie_acs"}:
+        sub = _Ctx(ctx.expect, ctx.raw)
+        devices = pcie._lspci(sub, "pcie_acs")
+        if "pcie_acs" in want:
+            ctx.out += sub.out  # pcie_link judges on sysfs; lspci only confirms
+    if "pcie_link" in want:
+        pcie.pcie_link(ctx, gpus, devices)
+    if "pcie_acs" in want and devices is not None:
+        topo = _quiet_tool(ctx.raw, "topo", "nvidia-smi-topo")
+        pcie.pcie_acs(ctx, gpus, devices, topo)
+    if "iommu" in want:
+        pcie.iommu(ctx, gpus)
+    if "gpudirect_mechanism" in want:
+        pcie.gpudirect_mechanism(ctx, _gpudirect_applicable(ctx.expect))
 
 
 def _quiet(raw: Raw) -> Any:

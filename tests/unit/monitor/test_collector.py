@@ -232,3 +232,108 @@ def test_escape_label_values():
     assert 'host="a\\"b\\\\c"' in reg.render()
     with pytest.raises(KeyError):
         reg.add("no_such_metric", {}, 1)
+
+
+# --- PCIe link and ACS (issue 19) -----------------------------------------------------------------
+# lspci -D -vvv lines in pciutils' format (lspci.c show_htype1 "Bus: primary=..", ls-caps.c cap_acs
+# "ACSCtl:"), trimmed to what the collector reads: root port 15:01.0 -> switch upstream 16:00.0 ->
+# downstream 17:00.0 (GPU0 18:00.0) and 17:02.0 (mlx5_0 1a:00.0); mlx5_1 9a:00.0 under another root
+# port with no GPU.
+_ACS_OFF = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+_ACS_ON = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+
+
+_ACS_HARMLESS = "SrcValid+ TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans+"
+
+
+def _lspci(acs_17_02=_ACS_OFF, denied=False):
+    def bridge(bdf, prim, sec, sub, acs=None):
+        t = (f"{bdf} PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) "
+             "(prog-if 00 [Normal decode])\n"
+             f"\tBus: primary={prim}, secondary={sec}, subordinate={sub}, sec-latency=0\n"
+             "\tCapabilities: [68] Express (v2) Downstream Port (Slot+), MSI 00\n")
+        if acs:
+            t += ("\tCapabilities: <access denied>\n" if denied else
+                  "\tCapabilities: [f24 v1] Access Control Services\n"
+                  "\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ "
+                  "DirectTrans+\n"
+                  f"\t\tACSCtl:\t{acs}\n")
+        return t + "\n"
+
+    return (bridge("0000:15:01.0", "15", "16", "1a") + bridge("0000:16:00.0", "16", "17", "1a")
+            + bridge("0000:17:00.0", "17", "18", "18", _ACS_HARMLESS)
+            + bridge("0000:17:02.0", "17", "1a", "1a", acs_17_02)
+            + "0000:18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n\n"
+            + "0000:1a:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n\n"
+            + bridge("0000:99:01.0", "99", "9a", "9a", _ACS_ON)
+            + "0000:9a:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n\n")
+
+
+def _pcie_sysfs(root, hca0=("32.0 GT/s PCIe", "16")):
+    for dev, addr in (("mlx5_0", "0000:1a:00.0"), ("mlx5_1", "0000:9a:00.0")):
+        _write(root, f"class/infiniband/{dev}/device/uevent", f"DRIVER=mlx5_core\nPCI_SLOT_NAME={addr}")
+    for addr, cur in (("0000:1a:00.0", hca0), ("0000:9a:00.0", ("32 GT/s", "16")),
+                      ("0000:18:00.0", ("32.0 GT/s PCIe", "16"))):
+        d = f"bus/pci/devices/{addr}"
+        _write(root, f"{d}/current_link_speed", cur[0])
+        _write(root, f"{d}/current_link_width", cur[1])
+        _write(root, f"{d}/max_link_speed", "32.0 GT/s PCIe")
+        _write(root, f"{d}/max_link_width", "16")
+
+
+def _pcie_run(lspci):
+    return fake_run({"--format=csv,noheader": (0, "0, 00000000:18:00.0\n"), "-D -vvv": (0, lspci)})
+
+
+def test_pcie_links_and_acs_metrics(tmp_path):
+    _pcie_sysfs(tmp_path, hca0=("16.0 GT/s PCIe", "8"))
+    cfg = {"nvlink": False, "gpus": True}
+    text = c.collect(cfg, sysfs=str(tmp_path), run=_pcie_run(_lspci(_ACS_ON)), host="gpu01")
+    m = parse_exposition(text)
+    hca = {"host": "gpu01", "device": "mlx5_0", "pci": "0000:1a:00.0"}
+    assert get(m, "fabricops_pcie_link_width", **hca) == 8
+    assert get(m, "fabricops_pcie_link_max_width", **hca) == 16
+    assert get(m, "fabricops_pcie_link_speed_gts", **hca) == 16.0
+    assert get(m, "fabricops_pcie_link_max_speed_gts", **hca) == 32.0
+    assert get(m, "fabricops_pcie_link_speed_gts", device="mlx5_1") == 32.0  # older kernel "32 GT/s"
+    assert get(m, "fabricops_pcie_link_width", device="GPU0", pci="0000:18:00.0") == 16
+    pair = {"host": "gpu01", "gpu": "GPU0", "hca": "mlx5_0"}
+    assert get(m, "fabricops_pcie_acs_redirect", bridge="0000:17:02.0", **pair) == 1
+    assert get(m, "fabricops_pcie_acs_redirect", bridge="0000:17:00.0", **pair) == 0  # SrcValid+ DirectTrans+
+    assert get(m, "fabricops_pcie_acs_redirect", bridge="0000:16:00.0", **pair) == 0
+    # the root port is above the switch (not on the PXB path); mlx5_1 shares no switch with a GPU
+    assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect" and ("bridge", "0000:15:01.0") in k[1]]
+    assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect" and ("hca", "mlx5_1") in k[1]]
+    assert get(m, "fabricops_collector_source_up", source="lspci") == 1
+    assert get(m, "fabricops_collector_source_up", source="pcie_sysfs") == 1
+    assert "# TYPE fabricops_pcie_acs_redirect gauge" in text
+
+
+def test_pcie_sources_fail_visibly(tmp_path):
+    _pcie_sysfs(tmp_path)
+    m = parse_exposition(c.collect({"nvlink": False, "gpus": True}, sysfs=str(tmp_path),
+                                   run=_pcie_run(_lspci(denied=True)), host="h"))
+    assert get(m, "fabricops_collector_source_up", source="lspci") == 0  # access denied: not root
+    assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect"]
+    (tmp_path / "bus/pci/devices/0000:1a:00.0/current_link_width").unlink()
+    cfg = {"nvlink": False, "gpus": True}
+    m = parse_exposition(c.collect(cfg, sysfs=str(tmp_path), run=_pcie_run(_lspci()), host="h"))
+    assert get(m, "fabricops_collector_source_up", source="pcie_sysfs") == 0
+    assert not [k for k in m if k[0] == "fabricops_pcie_link_width" and ("device", "mlx5_0") in k[1]]
+    assert c.parse_gts("Unknown") == 0.0 and c.parse_gts("garbage") is None
+
+
+def test_hca_address_from_its_netdev_name_without_uevent(tmp_path):
+    (tmp_path / "class/infiniband/mlx5_4/device/net/ibp26s0").mkdir(parents=True)
+    (tmp_path / "class/infiniband/mlx5_5/device/net/ens1f0").mkdir(parents=True)
+    assert c.hca_pci_addresses(str(tmp_path)) == {"mlx5_4": "0000:1a:00.0"}
+    assert c.netdev_pci_address("enp170s0f1np1") == "0000:aa:00.1"
+
+
+def test_no_gpu_reading_where_nvlink_is_off(tmp_path):
+    """A host configured without NVLink (no GPUs) is not asked for GPU addresses; its HCAs still are."""
+    _pcie_sysfs(tmp_path)
+    m = parse_exposition(c.collect({"nvlink": False}, sysfs=str(tmp_path), run=_pcie_run(_lspci()), host="h"))
+    assert not [k for k in m if ("source", "gpu_pci") in k[1]]
+    assert get(m, "fabricops_pcie_link_width", device="mlx5_0") == 16
+    assert not [k for k in m if k[0] == "fabricops_pcie_acs_redirect"]
