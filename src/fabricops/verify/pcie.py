@@ -318,6 +318,7 @@ def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
             continue
         cw, mw, cs, ms = s.get("current_width"), s["max_width"], s.get("current_speed"), s["max_speed"]
         problems, cause = [], None
+        gpu, idle_note = dev.startswith("GPU"), ""
         if cs is None or not cw:
             problems.append(f"no link (current_link_speed {s['raw'].get('current_link_speed')})")
             cause = CAUSES["pcie_down"].format(dev=dev, bdf=addr)
@@ -325,7 +326,12 @@ def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
             if cw < mw:
                 problems.append(f"width x{cw} of x{mw}")
                 cause = CAUSES["pcie_width"].format(dev=dev, bdf=addr, got=cw, want=mw)
-            if cs < ms:
+            if cs < ms and gpu:
+                # NVIDIA GPUs lower their link speed while idle and raise it under load (nvidia-smi
+                # --help-query-gpu, pcie.link.gen.current: "may be reduced when the GPU is not in use"):
+                # an idle GPU's speed is no evidence of a bad link. Its width does not change with load.
+                idle_note = f"; speed {cs:g} of {ms:g} GT/s not judged (GPUs lower it while idle)"
+            elif cs < ms:
                 problems.append(f"speed {cs:g} of {ms:g} GT/s")
                 cause = cause or CAUSES["pcie_speed"].format(dev=dev, bdf=addr, got=f"{cs:g}", want=f"{ms:g}")
         if (
@@ -334,7 +340,7 @@ def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
             and sta
             and (
                 (sta.get("width") or 0) < (cap.get("width") or 0)
-                or (sta.get("speed_gts") or 0) < (cap.get("speed_gts") or 0)
+                or (not gpu and (sta.get("speed_gts") or 0) < (cap.get("speed_gts") or 0))
             )
         ):
             problems.append("lspci LnkSta below LnkCap")
@@ -342,7 +348,10 @@ def pcie_link(ctx: Any, gpus: Any, devices: Any) -> None:
                 dev=dev, bdf=addr, got=sta.get("width"), want=cap.get("width")
             )
         msg = f"{ctx.host} {dev} ({addr}): PCIe " + (
-            "; ".join(problems) + lspci_txt if problems else f"{cs:g} GT/s x{cw} (its maximum){lspci_txt}"
+            "; ".join(problems) + lspci_txt
+            if problems
+            else (f"x{cw} (its maximum){idle_note}" if idle_note else f"{cs:g} GT/s x{cw} (its maximum)")
+            + lspci_txt
         )
         ctx.add(
             "gpus",
