@@ -432,10 +432,12 @@ def test_downtrained_hca_link_is_named_with_cause_and_remedy():
     assert "Reseat mlx5_0" in f.remedy and "lspci -s 0000:1a:00.0 -vvv" in f.remedy
 
 
-def test_gpu_at_full_width_lower_speed_names_speed_cause():
-    slow = _pcie_sysfs(**{"0000:18:00.0": ("16 GT/s", "16")})
+def test_hca_at_full_width_lower_speed_names_speed_cause_a_gpu_does_not():
+    """An HCA keeps its trained speed: lower is a finding. A GPU at full width and lower speed is an
+    idle GPU (NVIDIA GPUs lower the link speed while idle), not a finding."""
+    slow = _pcie_sysfs(**{"0000:18:00.0": ("16 GT/s", "16"), "0000:1a:00.0": ("16 GT/s", "16")})
     found = d.analyse({"gpu04": gpu_path(pcie_sysfs=ok(slow))}, CTX)
-    assert kinds(found) == [("pcie_downtrained", "GPU0")]
+    assert kinds(found) == [("pcie_downtrained", "mlx5_0")]
     assert "lower generation" in found[0].cause
 
 
