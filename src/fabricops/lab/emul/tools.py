@@ -42,6 +42,13 @@ TOOLS: dict[str, str] = {
     "lldpctl": "fabricdisc:lldpctl",
     # mlx5 driver statistics for `ethtool -S` (other netdevs and options: the real ethtool)
     "ethtool": "ethtool:main",
+    # nccl-tests, Open MPI's launcher and the helper it reaches hosts with (docs/lab.md,
+    # "Multi-node NCCL in the lab")
+    "all_reduce_perf": "nccl:all_reduce_perf",
+    "all_gather_perf": "nccl:all_gather_perf",
+    "reduce_scatter_perf": "nccl:reduce_scatter_perf",
+    "mpirun": "nccl:mpirun",
+    "nccl-rank-info": "nccl:nccl_rank_info",
 }
 
 
