@@ -66,7 +66,8 @@ def ensure_rack_key() -> Path:
     key = d / "rack_ed25519"
     if not key.exists():
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fabricops-lab-rack", "-f", str(key)], check=True
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fabricops-lab-rack", "-f", str(key)],
+            check=True,
         )
     return key
 

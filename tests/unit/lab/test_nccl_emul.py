@@ -10,6 +10,7 @@ JSON crosses a process boundary, as it crosses ssh in the lab).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -24,7 +25,17 @@ from fabricops.lab.emul import nccl
 from fabricops.parsers import nccl_tests
 
 RUN = "import sys; from fabricops.lab.emul.tools import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
-MPIRUN = ["--allow-run-as-root", "-np", "16", "-H", "gpu01:8,gpu02:8", "--bind-to", "none", "-x", "NCCL_DEBUG=INFO"]
+MPIRUN = [
+    "--allow-run-as-root",
+    "-np",
+    "16",
+    "-H",
+    "gpu01:8,gpu02:8",
+    "--bind-to",
+    "none",
+    "-x",
+    "NCCL_DEBUG=INFO",
+]
 TEST = ["-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
 LINE_GBS = 400 / 8
 RING_2RAIL = nccl.EFFICIENCY * 2 * LINE_GBS  # 94 GB/s: the figure at line rate
@@ -44,24 +55,35 @@ def _tree(tmp: Path, monkeypatch) -> Path:
         root = tmp / h["name"]
         hw_dir = paths.host_dir(h["name"]) / "hw"
         hw_dir.mkdir(parents=True)
-        (hw_dir / "hardware.json").write_text(json.dumps(hardware.hardware_json(topo, h, kernel="6.1.0-18-amd64")))
+        (hw_dir / "hardware.json").write_text(
+            json.dumps(hardware.hardware_json(topo, h, kernel="6.1.0-18-amd64"))
+        )
         (root / "var/lib").mkdir(parents=True)
         os.symlink(hw_dir, root / "var/lib/emulated-hw")
         os.symlink(fab, root / "var/lib/emulated-fabric")
         (fab / "hosts" / h["name"]).mkdir(parents=True)
-        (fab / "hosts" / h["name"] / "addresses.json").write_text(json.dumps(hardware.addresses_json(topo, h)))
+        (fab / "hosts" / h["name"] / "addresses.json").write_text(
+            json.dumps(hardware.addresses_json(topo, h))
+        )
         hosts.install_nccl(root)
         # /etc/nccl.conf as the nccl_profile role writes it for the lab's IB rails
         (root / "etc").mkdir()
-        (root / "etc/nccl.conf").write_text("# NCCL profile \"ib\" (fabricops.fabric.nccl_profile)\n"
-                                            "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_DISABLE=0\n")
+        (root / "etc/nccl.conf").write_text(
+            '# NCCL profile "ib" (fabricops.fabric.nccl_profile)\n'
+            "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1\nNCCL_IB_DISABLE=0\n"
+        )
     monkeypatch.setenv("EMUL_ROOT", str(tmp / "gpu01"))
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
 
     def remote(host: str, argv: list[str]) -> tuple[int, str, str]:
         env = dict(os.environ, EMUL_ROOT=str(tmp / host), PYTHONPATH=os.pathsep.join(sys.path))
-        proc = subprocess.run([sys.executable, "-c", RUN, "nccl-rank-info", *argv[1:]],
-                              capture_output=True, text=True, env=env, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN, "nccl-rank-info", *argv[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         return proc.returncode, proc.stdout, proc.stderr
 
     monkeypatch.setattr(nccl, "REMOTE", remote)
@@ -101,24 +123,32 @@ def _peak(out: str) -> float:
 
 # --- healthy --------------------------------------------------------------------------------
 
+
 def test_healthy_two_rail_ring_parses_and_follows_the_line_rate(lab, capsys):
     rc, out, err = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
     assert rc == 0, err
     rec = nccl_tests.parse(out)
     assert rec.format == "text" and rec.collective == "all_reduce" and rec.collective_from == "header"
     assert rec.ranks == 16 and {d.host for d in rec.devices} == {"gpu01", "gpu02"}
-    assert rec.devices[8].host == "gpu02" and rec.devices[8].device == 0 and rec.devices[8].bus_id == "0000:18:00"
+    assert (
+        rec.devices[8].host == "gpu02"
+        and rec.devices[8].device == 0
+        and rec.devices[8].bus_id == "0000:18:00"
+    )
     assert rec.nccl_version == 22304 and rec.max_bytes == 1 << 30 and rec.out_of_bounds == 0
     peak = rec.results[-1].busbw
     # E x 2 rails x the perftest physics' achievable NDR rate (0.982 x 400 Gb/s): 92.3 GB/s
     assert 0.96 * RING_2RAIL <= peak <= RING_2RAIL
     busbw = [r.busbw for r in rec.results]
     assert busbw[0] < 0.01 and busbw[14] < 0.5 * peak < busbw[-4]  # rises with size like the real table
-    assert all(b2 >= b1 * 0.99 for b1, b2 in zip(busbw, busbw[1:], strict=False))
+    assert all(b2 >= b1 * 0.99 for b1, b2 in itertools.pairwise(busbw))
     assert rec.results[-1].algbw == pytest.approx(peak / (2 * 15 / 16), rel=0.01)
     assert 0 < rec.avg_busbw < peak
     # NCCL's own lines (NCCL 2.23.4 formats)
-    assert "gpu01:" in out and " [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:198.51.100." in out
+    assert (
+        "gpu01:" in out
+        and " [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:198.51.100." in out
+    )
     assert "NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'" in out
     assert "NCCL INFO DMA-BUF is available on GPU device 0" in out
     assert "NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA" in out
@@ -154,6 +184,7 @@ def test_all_gather_and_reduce_scatter_have_the_ring_peak_and_no_tree(lab, capsy
 
 # --- the physics ----------------------------------------------------------------------------
 
+
 def test_two_hosts_without_ring_report_tree_inflated_busbw(lab, capsys):
     ring = _peak(_run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])[1])
     tree = _peak(_run(capsys, [*MPIRUN, "all_reduce_perf", *TEST])[1])
@@ -170,8 +201,9 @@ def test_a_port_at_2x_lowers_busbw_by_that_rail(lab, capsys):
 
 
 def test_nccl_ib_hca_selects_the_rails(lab, capsys):
-    rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "-x", "NCCL_IB_HCA==mlx5_0",
-                               "all_reduce_perf", *TEST])
+    rc, out, _ = _run(
+        capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "-x", "NCCL_IB_HCA==mlx5_0", "all_reduce_perf", *TEST]
+    )
     assert rc == 0 and "NET/IB : Using [0]mlx5_0:1/IB ; OOB" in out and "mlx5_1:1/IB" not in out
     assert 0.96 * RING_2RAIL / 2 <= _peak(out) <= RING_2RAIL / 2
 
@@ -197,7 +229,10 @@ def test_no_gpudirect_prints_disabled_and_bounces_through_host_memory(lab, capsy
     gpu02 = [ln for ln in out.splitlines() if ln.startswith("gpu02:") and "Channel" in ln]
     assert gpu02 and not any("GDRDMA" in ln for ln in gpu02)
     peak = _peak(out)
-    assert peak == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02) and peak < 0.7 * ring
+    assert (
+        peak == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02)
+        and peak < 0.7 * ring
+    )
 
 
 def test_socket_transport_when_ib_is_disabled(lab, capsys):
@@ -212,6 +247,7 @@ def test_nvlink_table_agrees_with_the_model():
 
 
 # --- failures as the real job shows them -----------------------------------------------------
+
 
 def test_missing_gpu_fails_with_the_real_text(lab, capsys):
     _fault("gpu02", faults.plan_gpu_missing, ["3"])
@@ -236,11 +272,17 @@ def test_mtu_mismatch_hangs(lab, tmp_path):
         " capture_output=True, text=True, env=env)\n"
         "    return p.returncode, p.stdout, p.stderr\n"
         "nccl.REMOTE = remote\n"
-        "sys.exit(nccl.mpirun(sys.argv[1:]))\n")
+        "sys.exit(nccl.mpirun(sys.argv[1:]))\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     with pytest.raises(subprocess.TimeoutExpired) as exc:
-        subprocess.run([sys.executable, str(script), *MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST],
-                       capture_output=True, text=True, env=env, timeout=6)
+        subprocess.run(
+            [sys.executable, str(script), *MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=6,
+        )
     out = exc.value.stdout or b""
     out = out.decode() if isinstance(out, bytes) else out
     assert "Init COMPLETE" in out and "out-of-place" in out
@@ -250,9 +292,13 @@ def test_mtu_mismatch_hangs(lab, tmp_path):
 def test_mpirun_refuses_root_without_the_override(lab, capsys, monkeypatch):
     monkeypatch.setattr(nccl.os, "geteuid", lambda: 0)
     monkeypatch.delenv("OMPI_ALLOW_RUN_AS_ROOT", raising=False)
-    rc, out, err = _run(capsys, [a for a in MPIRUN if a != "--allow-run-as-root"] + ["all_reduce_perf", *TEST])
+    rc, out, err = _run(
+        capsys, [a for a in MPIRUN if a != "--allow-run-as-root"] + ["all_reduce_perf", *TEST]
+    )
     assert rc == 1 and out == ""
-    assert "mpirun has detected an attempt to run as root." in err and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in err
+    assert (
+        "mpirun has detected an attempt to run as root." in err and "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in err
+    )
     monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
     rc, _, _ = _run(capsys, [a for a in MPIRUN if a != "--allow-run-as-root"] + ["all_reduce_perf", *TEST])
     assert rc == 1  # both variables are needed
@@ -270,9 +316,14 @@ def test_mpirun_refuses_more_ranks_than_slots(lab, capsys):
 
 
 def test_mpirun_reports_a_host_it_cannot_reach(lab, capsys, monkeypatch):
-    monkeypatch.setattr(nccl, "REMOTE", lambda host, argv: (
-        255, "", f"ssh: Could not resolve hostname {host}: Name or service not known\n"))
-    rc, out, err = _run(capsys, ["--allow-run-as-root", "-np", "16", "-H", "gpu01:8,gpu09:8", "all_reduce_perf", *TEST])
+    monkeypatch.setattr(
+        nccl,
+        "REMOTE",
+        lambda host, argv: (255, "", f"ssh: Could not resolve hostname {host}: Name or service not known\n"),
+    )
+    rc, out, err = _run(
+        capsys, ["--allow-run-as-root", "-np", "16", "-H", "gpu01:8,gpu09:8", "all_reduce_perf", *TEST]
+    )
     assert rc == 1 and out == ""
     assert "ssh: Could not resolve hostname gpu09" in err
     assert "ORTE was unable to reliably start one or more daemons." in err
@@ -300,16 +351,22 @@ def test_missing_library_fails_like_the_loader(lab, capsys):
 
 # --- the lab's installs and in-rack SSH -------------------------------------------------------
 
+
 def test_install_nccl_puts_the_library_and_tools_in_place(tmp_path, monkeypatch):
     hosts.install_nccl(tmp_path)
     lib = tmp_path / "usr/lib/x86_64-linux-gnu"
     assert (lib / "libnccl.so.2").is_symlink() and os.readlink(lib / "libnccl.so.2") == "libnccl.so.2.23.4"
     monkeypatch.setenv("EMUL_ROOT", str(tmp_path))
     assert nccl.nccl_library() == "2.23.4"
-    for tool in ("usr/bin/mpirun", "usr/local/bin/all_reduce_perf", "usr/local/bin/all_gather_perf",
-                 "usr/local/bin/reduce_scatter_perf", "usr/lib/emulated-hw/bin/nccl-rank-info"):
+    for tool in (
+        "usr/bin/mpirun",
+        "usr/local/bin/all_reduce_perf",
+        "usr/local/bin/all_gather_perf",
+        "usr/local/bin/reduce_scatter_perf",
+        "usr/lib/emulated-hw/bin/nccl-rank-info",
+    ):
         f = tmp_path / tool
-        assert os.access(f, os.X_OK) and f"main(\"{f.name}\"" in f.read_text()
+        assert os.access(f, os.X_OK) and f'main("{f.name}"' in f.read_text()
     hosts.install_nccl(tmp_path)  # again: idempotent
 
 

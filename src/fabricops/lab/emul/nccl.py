@@ -17,6 +17,7 @@ ends of a rail, NVIDIA/nccl#1524) prints its init lines and sleeps until it is k
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -36,11 +37,20 @@ NCCL_TESTS_VERSION = "2.18.0"
 NCCL_HEADERS = 22304
 NCCL_BUILD_SUFFIX = "+cuda12.6"
 #: where NCCL's loader looks (SPEC-19 E; the Debian/Ubuntu multiarch dir first)
-LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/local/cuda/lib64",
-            "usr/local/lib", "opt/nccl/lib")
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/local/cuda/lib64",
+    "usr/local/lib",
+    "opt/nccl/lib",
+)
 RANK_INFO = "/usr/lib/emulated-hw/bin/nccl-rank-info"
-TESTS = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
-         "reduce_scatter_perf": "reduce_scatter"}
+TESTS = {
+    "all_reduce_perf": "all_reduce",
+    "all_gather_perf": "all_gather",
+    "reduce_scatter_perf": "reduce_scatter",
+}
 
 # --- physics constants (docs/lab.md "Multi-node NCCL in the lab") ----------------------------
 #: Ring busbw per NIC over line rate across nodes: 46-48 GB/s per 400G NIC (REFERENCE.md;
@@ -82,6 +92,7 @@ def _err(text: str) -> None:
 
 # --- NCCL's own rules ----------------------------------------------------------------------
 
+
 def parse_nccl_conf(text: str) -> dict[str, str]:
     """NAME=value lines the way NCCL's setEnvFile reads them (src/misc/param.cc): up to the first
     '=' is the name, the rest the value; lines without '=' are skipped; no comment syntax."""
@@ -117,8 +128,9 @@ def hca_selected(dev: str, port: int, spec: str | None) -> bool:
     if not items:
         match = True
     else:
-        match = any((dev == name if exact else dev.startswith(name)) and (p == -1 or p == port)
-                    for name, p in items)
+        match = any(
+            (dev == name if exact else dev.startswith(name)) and (p == -1 or p == port) for name, p in items
+        )
     return match != exclude
 
 
@@ -139,6 +151,7 @@ def version_code(version: str) -> int:
 
 # --- the host side: nccl-rank-info ----------------------------------------------------------
 
+
 def nccl_library() -> str | None:
     """The NCCL version the loader would find: libnccl.so.2 (the soname) in a library dir,
     its version from the file it resolves to, else the newest libnccl.so.2.X.Y there."""
@@ -151,8 +164,11 @@ def nccl_library() -> str | None:
         if m:
             cand = tuple(int(g) for g in m.groups())
         else:
-            found = [tuple(int(g) for g in mm.groups()) for f in os.listdir(so.parent)
-                     if (mm := re.fullmatch(r"libnccl\.so\.(\d+)\.(\d+)\.(\d+)", f))]
+            found = [
+                tuple(int(g) for g in mm.groups())
+                for f in os.listdir(so.parent)
+                if (mm := re.fullmatch(r"libnccl\.so\.(\d+)\.(\d+)\.(\d+)", f))
+            ]
             cand = max(found) if found else (2, 0, 0)
         best = cand if best is None or cand > best else best
     return ".".join(str(v) for v in best) if best else None
@@ -295,17 +311,32 @@ def rank_info(program: str | None = None) -> dict[str, Any]:
     gpus = []
     for g in sorted(hw.get("gpus", []), key=lambda g: str(g.get("pci_bus_id", ""))):  # CUDA PCI order
         links = int(g.get("nvlinks") or 0) - len(g.get("inactive_nvlinks") or [])
-        gpus.append({"bus": g.get("pci_bus_id", "00000000:00:00.0"), "name": g.get("name", "GPU"),
-                     "gen": int(g.get("nvlink_gen") or 0), "links": max(0, links),
-                     "mem": int(g.get("memory_mib") or 81559)})
+        gpus.append(
+            {
+                "bus": g.get("pci_bus_id", "00000000:00:00.0"),
+                "name": g.get("name", "GPU"),
+                "gen": int(g.get("nvlink_gen") or 0),
+                "links": max(0, links),
+                "mem": int(g.get("memory_mib") or 81559),
+            }
+        )
     ports = []
     for hca in hw.get("hcas", []):
         for p in hca.get("ports", []):
-            opts = perftest.Options(verb="write", kind="bw", device=hca["name"], ib_port=int(p.get("port", 1)))
+            opts = perftest.Options(
+                verb="write", kind="bw", device=hca["name"], ib_port=int(p.get("port", 1))
+            )
             facts, error = perftest.local_facts(opts)
             if facts is None or facts.get("device") != hca["name"]:
-                ports.append({"device": hca["name"], "port": int(p.get("port", 1)), "active": False,
-                              "link_layer": p.get("link_layer"), "error": (error or "").strip()[:80]})
+                ports.append(
+                    {
+                        "device": hca["name"],
+                        "port": int(p.get("port", 1)),
+                        "active": False,
+                        "link_layer": p.get("link_layer"),
+                        "error": (error or "").strip()[:80],
+                    }
+                )
                 continue
             facts = _trim_qos(dict(facts, active=True, pci=hca.get("pci", "")))
             facts.pop("shown_device", None)
@@ -332,7 +363,9 @@ def rank_info(program: str | None = None) -> dict[str, Any]:
         "peermem": "nvidia_peermem" in loaded,
         # DMA-BUF: kernel >= 5.12 and the open kernel module (SPEC-19 A.4; NCCL src/init.cc
         # dmaBufSupported asks CUDA for CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
-        "dmabuf": bool(gpus) and "nvidia" in loaded and _kernel_at_least(str(hw.get("kernel", "")), (5, 12))
+        "dmabuf": bool(gpus)
+        and "nvidia" in loaded
+        and _kernel_at_least(str(hw.get("kernel", "")), (5, 12))
         and str(hw.get("gpu_kernel_module", "open")) == "open",
         "iommu": iommu_types(),
         "acs_redirect": None if redirect is None else sorted(redirect),
@@ -347,6 +380,7 @@ def nccl_rank_info(argv: list[str]) -> int:
 
 # --- the physics --------------------------------------------------------------------------
 
+
 def host_env(info: dict[str, Any], xenv: dict[str, str]) -> dict[str, str]:
     """A rank's NCCL settings: -x (the environment) wins over /etc/nccl.conf (setenv without
     overwrite in NCCL's setEnvFile)."""
@@ -359,8 +393,11 @@ def selected_rails(info: dict[str, Any], env: dict[str, str]) -> list[dict[str, 
     if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0"):
         return []
     spec = env.get("NCCL_IB_HCA")
-    return [p for p in info.get("ports", []) if p.get("active")
-            and hca_selected(p["device"], int(p["port"]), spec)]
+    return [
+        p
+        for p in info.get("ports", [])
+        if p.get("active") and hca_selected(p["device"], int(p["port"]), spec)
+    ]
 
 
 def gdr_mechanism(info: dict[str, Any]) -> bool:
@@ -380,27 +417,41 @@ def gdr_path_ok(info: dict[str, Any], rail: dict[str, Any]) -> bool:
         return False
     if not redirect:
         return True
-    near = [_norm_bdf(g["bus"]) for i, g in enumerate(info.get("gpus", []))
-            if i in set(info.get("affinity", {}).get(rail["device"], []))]
+    near = [
+        _norm_bdf(g["bus"])
+        for i, g in enumerate(info.get("gpus", []))
+        if i in set(info.get("affinity", {}).get(rail["device"], []))
+    ]
     return not ({_norm_bdf(rail.get("pci") or "")} | set(near)) & set(redirect)
 
 
 def nvlink_gbs(info: dict[str, Any]) -> float:
-    rates = [NVLINK_PER_LINK_GBS.get(g["gen"], 25.0) * g["links"] if g["links"] else PCIE_P2P_GBS
-             for g in info.get("gpus", [])]
+    rates = [
+        NVLINK_PER_LINK_GBS.get(g["gen"], 25.0) * g["links"] if g["links"] else PCIE_P2P_GBS
+        for g in info.get("gpus", [])
+    ]
     return min(rates) if rates else PCIE_P2P_GBS
 
 
-def peak_busbw(collective: str, hosts: list[dict[str, Any]], envs: list[dict[str, str]],
-               rate: Callable[[dict, dict], tuple[float | None, str | None]] = perftest.pair_rate_gbps
-               ) -> dict[str, Any]:
+def peak_busbw(
+    collective: str,
+    hosts: list[dict[str, Any]],
+    envs: list[dict[str, str]],
+    rate: Callable[[dict, dict], tuple[float | None, str | None]] = perftest.pair_rate_gbps,
+) -> dict[str, Any]:
     """The largest-size busbw (GB/s) of the job and what decided it:
     ``{"busbw", "transport": "IB"|"Socket"|"NVLink", "rails", "per_rail", "hang", "fatal", "tree"}``.
     Ring: E x R x the least per-rail rate over rails and hosts, each rail's rate what the perftest
     physics gives between its two ends (GB/s), capped at the host-bounce rate without GPUDirect
     RDMA; capped by NVLink; Tree on two nodes inflates all_reduce."""
-    out: dict[str, Any] = {"transport": "NVLink", "rails": 0, "per_rail": [], "hang": None, "fatal": None,
-                           "tree": False}
+    out: dict[str, Any] = {
+        "transport": "NVLink",
+        "rails": 0,
+        "per_rail": [],
+        "hang": None,
+        "fatal": None,
+        "tree": False,
+    }
     nv = EFFICIENCY * min(nvlink_gbs(h) for h in hosts)
     if len(hosts) == 1:
         out["busbw"] = nv
@@ -418,8 +469,10 @@ def peak_busbw(collective: str, hosts: list[dict[str, Any]], envs: list[dict[str
         for i in range(n_rails):
             a, b = rails[k][i], rails[nxt][i]
             if int(a.get("mtu") or 0) != int(b.get("mtu") or 0):
-                out["hang"] = (f"{hosts[k]['host']} {a['device']} active_mtu {a.get('mtu')} vs "
-                               f"{hosts[nxt]['host']} {b['device']} active_mtu {b.get('mtu')}")
+                out["hang"] = (
+                    f"{hosts[k]['host']} {a['device']} active_mtu {a.get('mtu')} vs "
+                    f"{hosts[nxt]['host']} {b['device']} active_mtu {b.get('mtu')}"
+                )
                 continue
             gbps, fatal = rate(a, b)
             if gbps is None:
@@ -432,7 +485,11 @@ def peak_busbw(collective: str, hosts: list[dict[str, Any]], envs: list[dict[str
             per_rail.append(r)
     out.update(transport="IB", rails=n_rails, per_rail=per_rail)
     busbw = min(nv, EFFICIENCY * n_rails * min(per_rail)) if per_rail else 0.0
-    if collective == "all_reduce" and len(hosts) == 2 and all(algo_allows_tree(e.get("NCCL_ALGO")) for e in envs):
+    if (
+        collective == "all_reduce"
+        and len(hosts) == 2
+        and all(algo_allows_tree(e.get("NCCL_ALGO")) for e in envs)
+    ):
         busbw *= TREE_INFLATION
         out["tree"] = True
     out["busbw"] = busbw
@@ -441,13 +498,37 @@ def peak_busbw(collective: str, hosts: list[dict[str, Any]], envs: list[dict[str
 
 # --- nccl-tests arguments -------------------------------------------------------------------
 
-_TEST_OPTS = {"t": "nthreads", "g": "ngpus", "b": "minbytes", "e": "maxbytes", "i": "stepbytes",
-              "f": "stepfactor", "n": "iters", "m": "agg_iters", "w": "warmup_iters", "N": "run_cycles",
-              "p": "parallel_init", "c": "check", "o": "op", "d": "datatype", "r": "root", "z": "blocking",
-              "y": "stream_null", "T": "timeout", "G": "cudagraph", "C": "report_cputime",
-              "S": "report_timestamps", "J": "output_file", "a": "average", "R": "local_register",
-              "x": "cta_policy", "D": "device_implementation", "V": "device_cta_count", "M": "memory",
-              "u": "unalign"}
+_TEST_OPTS = {
+    "t": "nthreads",
+    "g": "ngpus",
+    "b": "minbytes",
+    "e": "maxbytes",
+    "i": "stepbytes",
+    "f": "stepfactor",
+    "n": "iters",
+    "m": "agg_iters",
+    "w": "warmup_iters",
+    "N": "run_cycles",
+    "p": "parallel_init",
+    "c": "check",
+    "o": "op",
+    "d": "datatype",
+    "r": "root",
+    "z": "blocking",
+    "y": "stream_null",
+    "T": "timeout",
+    "G": "cudagraph",
+    "C": "report_cputime",
+    "S": "report_timestamps",
+    "J": "output_file",
+    "a": "average",
+    "R": "local_register",
+    "x": "cta_policy",
+    "D": "device_implementation",
+    "V": "device_cta_count",
+    "M": "memory",
+    "u": "unalign",
+}
 _LONG_TEST = {v: k for k, v in _TEST_OPTS.items()}
 
 
@@ -496,15 +577,25 @@ def parse_test_args(argv: list[str]) -> dict[str, Any]:
             continue  # getopt permutes; stray words are ignored
         vals[key] = val
         i += 1
-    args = {"nthreads": int(vals.get("t", 1)), "ngpus": int(vals.get("g", 1)),
-            "minbytes": parse_size(vals.get("b", "32M")), "maxbytes": parse_size(vals.get("e", "32M")),
-            "stepbytes": parse_size(vals.get("i", "1M")), "stepfactor": int(vals.get("f", 1)),
-            "iters": int(vals.get("n", 20)), "agg_iters": int(vals.get("m", 1)),
-            "warmup_iters": int(vals.get("w", 1)), "check": int(vals.get("c", 1)),
-            "graph": int(vals.get("G", 0)), "blocking": int(vals.get("z", 0)),
-            "output_file": vals.get("J")}
+    args = {
+        "nthreads": int(vals.get("t", 1)),
+        "ngpus": int(vals.get("g", 1)),
+        "minbytes": parse_size(vals.get("b", "32M")),
+        "maxbytes": parse_size(vals.get("e", "32M")),
+        "stepbytes": parse_size(vals.get("i", "1M")),
+        "stepfactor": int(vals.get("f", 1)),
+        "iters": int(vals.get("n", 20)),
+        "agg_iters": int(vals.get("m", 1)),
+        "warmup_iters": int(vals.get("w", 1)),
+        "check": int(vals.get("c", 1)),
+        "graph": int(vals.get("G", 0)),
+        "blocking": int(vals.get("z", 0)),
+        "output_file": vals.get("J"),
+    }
     if args["minbytes"] > args["maxbytes"]:
-        raise TestUsage(f"invalid sizes for 'minbytes' and 'maxbytes': {args['minbytes']} > {args['maxbytes']}")
+        raise TestUsage(
+            f"invalid sizes for 'minbytes' and 'maxbytes': {args['minbytes']} > {args['maxbytes']}"
+        )
     return args
 
 
@@ -552,11 +643,19 @@ def _g(value: float) -> str:
 
 # --- one job --------------------------------------------------------------------------------
 
+
 class Job:
     """One nccl-tests run over RANKS ((host index, local rank) per rank) on HOSTS (rank-info dicts)."""
 
-    def __init__(self, program: str, argv: list[str], hosts: list[dict[str, Any]],
-                 procs: list[int], xenv: dict[str, str], tag_output: bool = False):
+    def __init__(
+        self,
+        program: str,
+        argv: list[str],
+        hosts: list[dict[str, Any]],
+        procs: list[int],
+        xenv: dict[str, str],
+        tag_output: bool = False,
+    ):
         self.program = os.path.basename(program)
         self.collective = TESTS[self.program]
         self.argv = [program, *argv]
@@ -582,14 +681,20 @@ class Job:
         json_doc = None
         if args["output_file"]:
             json_doc = self._json_open(args["output_file"], lib)
-        self.say(0, f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_HEADERS} "
-                    f"nccl-library={version_code(lib)}")
+        self.say(
+            0,
+            f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers={NCCL_HEADERS} "
+            f"nccl-library={version_code(lib)}",
+        )
         self.say(0, f"# Collective test starting: {self.program}")
         step = (args["stepfactor"], "factor") if args["stepfactor"] > 1 else (args["stepbytes"], "bytes")
-        self.say(0, f"# nThread {args['nthreads']} nGpus {args['ngpus']} minBytes {args['minbytes']} maxBytes "
-                    f"{args['maxbytes']} step: {step[0]}({step[1]}) warmup iters: {args['warmup_iters']} iters: "
-                    f"{args['iters']} agg iters: {args['agg_iters']} validation: {args['check']} graph: "
-                    f"{args['graph']}")
+        self.say(
+            0,
+            f"# nThread {args['nthreads']} nGpus {args['ngpus']} minBytes {args['minbytes']} maxBytes "
+            f"{args['maxbytes']} step: {step[0]}({step[1]}) warmup iters: {args['warmup_iters']} iters: "
+            f"{args['iters']} agg iters: {args['agg_iters']} validation: {args['check']} graph: "
+            f"{args['graph']}",
+        )
         if args["blocking"]:
             self.say(0, "# Blocking Enabled: wait for completion and barrier after each collective ")
         self.say(0, "#")
@@ -604,15 +709,26 @@ class Job:
             if first + per_proc > len(host["gpus"]):
                 return self._missing_gpu(p, host, first + per_proc)
             for i in range(per_proc):
-                devices.append({"rank": p * per_proc + i, "proc": p, "host": hidx, "local": local,
-                                "dev": first + i, "gpu": host["gpus"][first + i],
-                                "pid": int(host.get("pid", 4000)) + 1 + local})
+                devices.append(
+                    {
+                        "rank": p * per_proc + i,
+                        "proc": p,
+                        "host": hidx,
+                        "local": local,
+                        "dev": first + i,
+                        "gpu": host["gpus"][first + i],
+                        "pid": int(host.get("pid", 4000)) + 1 + local,
+                    }
+                )
         for d in devices:
             dom, bus, slot = _norm_bdf(d["gpu"]["bus"]).split(":")
-            self.say(0, f"#  Rank {d['rank']:2d} Group {0:2d} Pid {d['pid']:6d} on "
-                        f"{self.hosts[d['host']]['host']:>10s} device {d['dev']:2d} "
-                        f"[{int(dom, 16):04x}:{int(bus, 16):02x}:{int(slot.split('.')[0], 16):02x}] "
-                        f"{d['gpu']['name']}")
+            self.say(
+                0,
+                f"#  Rank {d['rank']:2d} Group {0:2d} Pid {d['pid']:6d} on "
+                f"{self.hosts[d['host']]['host']:>10s} device {d['dev']:2d} "
+                f"[{int(dom, 16):04x}:{int(bus, 16):02x}:{int(slot.split('.')[0], 16):02x}] "
+                f"{d['gpu']['name']}",
+            )
         mem = min(d["gpu"]["mem"] for d in devices) * 1024 * 1024
         gb = 1 << 30
         reserve = min(-(-mem // (16 * gb)) * gb, 4 * gb)
@@ -622,8 +738,11 @@ class Job:
             args["minbytes"] = min(args["minbytes"], mem_max)
             self.say(0, "#")
             self.say(0, f"# Reducing maxBytes to {mem_max} due to memory limitation")
-        phys = peak_busbw(self.collective, [self.hosts[i] for i in sorted(set(self.procs))],
-                          [self.envs[i] for i in sorted(set(self.procs))])
+        phys = peak_busbw(
+            self.collective,
+            [self.hosts[i] for i in sorted(set(self.procs))],
+            [self.envs[i] for i in sorted(set(self.procs))],
+        )
         self._init_lines(devices, nranks, phys)
         if phys.get("fatal"):
             return self._network_error(devices, phys["fatal"])
@@ -650,7 +769,9 @@ class Job:
             rows.append((shown, count, halves))
             line = f"{shown:12d}  {count:12d}  {'float':>8s}  {self._redop():>6s}  {-1:6d}"
             for t, alg, bus in halves:
-                line += f"  {float_str(t, 7):>7s}  {float_str(alg, 6):>6s}  {float_str(bus, 6):>6s}  {_g(0):>6s}"
+                line += (
+                    f"  {float_str(t, 7):>7s}  {float_str(alg, 6):>6s}  {float_str(bus, 6):>6s}  {_g(0):>6s}"
+                )
             self.say(0, line)
         avg = bw_sum / max(1, bw_n)
         min_bw = os.environ.get("NCCL_TESTS_MIN_BW") or self.xenv.get("NCCL_TESTS_MIN_BW")
@@ -674,25 +795,70 @@ class Job:
         return "none" if self.collective == "all_gather" else "sum"
 
     def _table_header(self) -> None:
+        """writeResultHeader (src/util.cu), its printf formats verbatim."""
         self.say(0, "#")
-        self.say(0, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
-                 % ("", "", "", "", ""))
-        self.say(0, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"
-                 % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-                    "algbw", "busbw", "#wrong", 0, ""))
-        self.say(0, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"
-                 % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-                    "", 0, ""))
+        self.say(
+            0,
+            "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "  # noqa: UP031
+            % ("", "", "", "", ""),
+        )
+        self.say(
+            0,
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"  # noqa: UP031
+            % (
+                "size",
+                "count",
+                "type",
+                "redop",
+                "root",
+                "time",
+                "algbw",
+                "busbw",
+                "#wrong",
+                "time",
+                "algbw",
+                "busbw",
+                "#wrong",
+                0,
+                "",
+            ),
+        )
+        self.say(
+            0,
+            "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"  # noqa: UP031
+            % (
+                "(B)",
+                "(elements)",
+                "",
+                "",
+                "",
+                "(us)",
+                "(GB/s)",
+                "(GB/s)",
+                "",
+                "(us)",
+                "(GB/s)",
+                "(GB/s)",
+                "",
+                0,
+                "",
+            ),
+        )
 
     # -- failures, as the real job shows them --------------------------------------------------
 
     def _missing_gpu(self, proc: int, host: dict[str, Any], wanted: int) -> int:
         """nccl-tests 2.18 writeDeviceReport (src/util.cu): a rank whose CUDA device index does not
         exist; main's TESTCHECK (src/common.cu:1206) names the host; Open MPI aborts the job."""
-        self.say(proc, f"Invalid number of GPUs: {wanted} requested but only {len(host['gpus'])} were found.",
-                 "stderr")
+        self.say(
+            proc,
+            f"Invalid number of GPUs: {wanted} requested but only {len(host['gpus'])} were found.",
+            "stderr",
+        )
         self.say(proc, "Please check the number of processes and GPUs per process.", "stderr")
-        self.say(proc, f" .. {host['host']} pid {int(host.get('pid', 4000)) + 1}: Test failure common.cu:1206")
+        self.say(
+            proc, f" .. {host['host']} pid {int(host.get('pid', 4000)) + 1}: Test failure common.cu:1206"
+        )
         mpi_nonzero_exit(proc, 5)
         return 5
 
@@ -700,14 +866,20 @@ class Job:
         """No data path between two ends of a rail (a switch port down, ports on different
         fabrics): the RC QP's sends fail with IBV_WC_RETRY_EXC_ERR (status 12) and NCCL reports a
         remote error (src/transport/net_ib.cc; ncclGetErrorString(ncclRemoteError))."""
-        ha, a, hb, b, why = fatal
+        ha, a, hb, _b, _why = fatal
         d = next(x for x in devices if self.hosts[x["host"]]["host"] == ha["host"])
         prefix = f"{ha['host']}:{d['pid']}:{d['pid'] + 61} [{d['dev']}]"
-        self.say(d["rank"], f"\n{prefix} transport/net_ib.cc:2082 NCCL WARN NET/IB : Got completion from peer "
-                            f"{hb['oob'][1]}<0> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid "
-                            f"{a['device']} hca {a['device']}")
-        self.say(d["rank"], f"{ha['host']}: Test NCCL failure common.cu:393 'remote process exited or there was a "
-                            f"network error / NET/IB : Got completion from peer {hb['oob'][1]}<0> with status=12'")
+        self.say(
+            d["rank"],
+            f"\n{prefix} transport/net_ib.cc:2082 NCCL WARN NET/IB : Got completion from peer "
+            f"{hb['oob'][1]}<0> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid "
+            f"{a['device']} hca {a['device']}",
+        )
+        self.say(
+            d["rank"],
+            f"{ha['host']}: Test NCCL failure common.cu:393 'remote process exited or there was a "
+            f"network error / NET/IB : Got completion from peer {hb['oob'][1]}<0> with status=12'",
+        )
         self.say(d["rank"], f" .. {ha['host']} pid {d['pid']}: Test failure common.cu:1206")
         mpi_nonzero_exit(d["proc"], 3)
         return 3
@@ -730,14 +902,17 @@ class Job:
             pre = f"{h['host']}:{pid}:{pid} [{cdev}] NCCL INFO "
             pret = f"{h['host']}:{pid}:{tid} [{cdev}] NCCL INFO "
             ifname, ip = h["oob"]
-            comm = f"0x{(0x55d3c0000000 + d['rank'] * 0x1a2b40):x}"
+            comm = f"0x{(0x55D3C0000000 + d['rank'] * 0x1A2B40):x}"
             bus = int(_norm_bdf(d["gpu"]["bus"]).split(":")[1], 16)
             cuda_major, _dot, cuda_minor = str(h.get("cuda", "12.4")).partition(".")
             lines = [
                 pre + f"Bootstrap : Using {ifname}:{ip}<0>",  # src/bootstrap.cc
-                pre + f"cudaDriverVersion {int(cuda_major) * 1000 + int(cuda_minor or 0) * 10}",  # src/misc/cudawrap.cc
-                pre + f"NCCL version {h.get('nccl') or '2.23.4'}{NCCL_BUILD_SUFFIX}",  # src/init.cc showVersion
-                pret + "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",  # src/net.cc
+                # src/misc/cudawrap.cc
+                pre + f"cudaDriverVersion {int(cuda_major) * 1000 + int(cuda_minor or 0) * 10}",
+                pre
+                + f"NCCL version {h.get('nccl') or '2.23.4'}{NCCL_BUILD_SUFFIX}",  # src/init.cc showVersion
+                pret
+                + "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",  # src/net.cc
             ]
             rails = selected_rails(h, env)
             if env.get("NCCL_IB_HCA") is not None:
@@ -746,8 +921,11 @@ class Job:
             socket = ib_off or not rails
             if not ib_off:
                 if rails:
-                    using = "".join(f" [{k}]{r['device']}:{r['port']}/"
-                                    f"{'IB' if r['link_layer'] == 'InfiniBand' else 'RoCE'}" for k, r in enumerate(rails))
+                    using = "".join(
+                        f" [{k}]{r['device']}:{r['port']}/"
+                        f"{'IB' if r['link_layer'] == 'InfiniBand' else 'RoCE'}"
+                        for k, r in enumerate(rails)
+                    )
                     # src/transport/net_ib.cc ncclIbInit: "NET/IB : Using%s %s; OOB %s:%s"
                     lines.append(pret + f"NET/IB : Using{using} ; OOB {ifname}:{ip}<0>")
                 else:
@@ -756,8 +934,10 @@ class Job:
                 lines.append(pret + f"NET/Socket : Using [0]{ifname}:{ip}<0>")  # src/transport/net_socket.cc
             net = "Socket" if socket else "IB"
             lines.append(pret + f"Using network {net}")  # src/init.cc
-            lines.append(pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
-                                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init START")
+            lines.append(
+                pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
+                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init START"
+            )
             if h.get("dmabuf") and not socket:
                 lines.append(pret + f"DMA-BUF is available on GPU device {cdev}")  # src/init.cc:293
             gdr = gdr_mechanism(h) and not socket
@@ -765,11 +945,15 @@ class Job:
                 lines.append(pret + f"NET/Socket : GPU Direct RDMA Disabled for HCA 0 '{ifname}'")
             else:
                 for k, r in enumerate(rails):  # src/graph/topo.cc:802
-                    lines.append(pret + f"NET/IB : GPU Direct RDMA {'Enabled' if gdr else 'Disabled'} "
-                                        f"for HCA {k} '{r['device']}'")
+                    lines.append(
+                        pret + f"NET/IB : GPU Direct RDMA {'Enabled' if gdr else 'Disabled'} "
+                        f"for HCA {k} '{r['device']}'"
+                    )
             local = by_host[d["host"]]
-            lines.append(pret + f"comm {comm} rank {d['rank']} nRanks {nranks} nNodes {len(nodes)} localRanks "
-                                f"{len(local)} localRank {d['local']} MNNVL 0")  # src/init.cc:1044
+            lines.append(
+                pret + f"comm {comm} rank {d['rank']} nRanks {nranks} nNodes {len(nodes)} localRanks "
+                f"{len(local)} localRank {d['local']} MNNVL 0"
+            )  # src/init.cc:1044
             if len(nodes) > 1:
                 pos = nodes.index(d["host"])
                 nxt, prv = by_host[nodes[(pos + 1) % len(nodes)]], by_host[nodes[pos - 1]]
@@ -779,15 +963,23 @@ class Job:
                 for c in range(n_ch):  # src/transport/net.cc:194
                     if d["local"] == c % len(local) and c < len(nxt):
                         peer = nxt[c]
-                        lines.append(pret + f"Channel {c:02d}/0 : {d['rank']}[{cdev}] -> {peer['rank']}[{peer['dev']}] "
-                                            f"[send] via {via}/{c}{suffix}")
+                        lines.append(
+                            pret
+                            + f"Channel {c:02d}/0 : {d['rank']}[{cdev}] -> {peer['rank']}[{peer['dev']}] "
+                            f"[send] via {via}/{c}{suffix}"
+                        )
                     if d["local"] == c % len(local) and c < len(prv):
                         peer = prv[c]
-                        lines.append(pret + f"Channel {c:02d}/0 : {peer['rank']}[{peer['dev']}] -> {d['rank']}[{cdev}] "
-                                            f"[receive] via {via}/{c}{suffix}")
+                        lines.append(
+                            pret
+                            + f"Channel {c:02d}/0 : {peer['rank']}[{peer['dev']}] -> {d['rank']}[{cdev}] "
+                            f"[receive] via {via}/{c}{suffix}"
+                        )
             lines.append(pret + "Connected all rings")  # src/transport/generic.cc
-            lines.append(pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
-                                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init COMPLETE")
+            lines.append(
+                pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
+                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init COMPLETE"
+            )
             for ln in lines:
                 self.say(d["rank"], ln)
 
@@ -808,44 +1000,60 @@ class Job:
         env += [f"{k}={v}" for k, v in self.xenv.items()]
         return {"path": target, "start": time.strftime("%Y-%m-%d %H:%M:%S"), "env": env, "lib": lib}
 
-    def _json_close(self, doc: dict[str, Any], devices: list[dict[str, Any]], rows: list, avg: float,
-                    check: float) -> None:
+    def _json_close(
+        self, doc: dict[str, Any], devices: list[dict[str, Any]], rows: list, avg: float, check: float
+    ) -> None:
         args = self.args
 
         def s(v: Any) -> str:
             return json.dumps(v)
 
         def f(v: float) -> str:
-            return "\"nan\"" if v != v else f"{v:f}"
+            return '"nan"' if v != v else f"{v:f}"
 
-        parts = [f"\"version\":1,\"start_time\":{s(doc['start'])},\"args\":[{','.join(s(a) for a in self.argv)}]",
-                 f"\"env\":[{','.join(s(e) for e in doc['env'])}]", f"\"nccl_version\":{version_code(doc['lib'])}"]
-        step = (f"\"step_factor\":{args['stepfactor']}" if args["stepfactor"] > 1
-                else f"\"step_bytes\":{args['stepbytes']}")
+        parts = [
+            f'"version":1,"start_time":{s(doc["start"])},"args":[{",".join(s(a) for a in self.argv)}]',
+            f'"env":[{",".join(s(e) for e in doc["env"])}]',
+            f'"nccl_version":{version_code(doc["lib"])}',
+        ]
+        step = (
+            f'"step_factor":{args["stepfactor"]}'
+            if args["stepfactor"] > 1
+            else f'"step_bytes":{args["stepbytes"]}'
+        )
         devs = ",".join(
-            "{" + f"\"rank\":{d['rank']},\"group\":0,\"pid\":{d['pid']},\"hostname\":{s(self.hosts[d['host']]['host'])},"
-            f"\"device\":{d['dev']},\"device_hex\":{s(self._hex(d))},\"device_info\":{s(d['gpu']['name'])}" + "}"
-            for d in devices)
-        parts.append("\"config\":{" + f"\"nthreads\":{args['nthreads']},\"ngpus\":{args['ngpus']},\"minimum_bytes\":"
-                     f"{args['minbytes']},\"maximum_bytes\":{args['maxbytes']},{step},\"warmup_iters\":"
-                     f"{args['warmup_iters']},\"iterations\":{args['iters']},\"aggregated_iterations\":"
-                     f"{args['agg_iters']},\"validation\":{args['check']},\"graph\":{args['graph']},"
-                     f"\"blocking_collectives\":\"{'true' if args['blocking'] else 'false'}\","
-                     f"\"parallel_init\":\"false\",\"devices\":[{devs}]" + "}")
+            "{"
+            + f'"rank":{d["rank"]},"group":0,"pid":{d["pid"]},"hostname":{s(self.hosts[d["host"]]["host"])},'
+            f'"device":{d["dev"]},"device_hex":{s(self._hex(d))},"device_info":{s(d["gpu"]["name"])}' + "}"
+            for d in devices
+        )
+        parts.append(
+            '"config":{' + f'"nthreads":{args["nthreads"]},"ngpus":{args["ngpus"]},"minimum_bytes":'
+            f'{args["minbytes"]},"maximum_bytes":{args["maxbytes"]},{step},"warmup_iters":'
+            f'{args["warmup_iters"]},"iterations":{args["iters"]},"aggregated_iterations":'
+            f'{args["agg_iters"]},"validation":{args["check"]},"graph":{args["graph"]},'
+            f'"blocking_collectives":"{"true" if args["blocking"] else "false"}",'
+            f'"parallel_init":"false","devices":[{devs}]' + "}"
+        )
         res = []
         for shown, count, halves in rows:
-            body = "{" + f"\"size\":{shown},\"count\":{count},\"type\":\"float\",\"redop\":{s(self._redop())},"
-            body += "\"root\":\"    -1\""
+            body = "{" + f'"size":{shown},"count":{count},"type":"float","redop":{s(self._redop())},'
+            body += '"root":"    -1"'
             for key, (t, alg, bus) in zip(("out_of_place", "in_place"), halves, strict=True):
-                body += f",\"{key}\":" + "{" + f"\"time\":{f(t)},\"alg_bw\":{f(alg)},\"bus_bw\":{f(bus)},\"nwrong\":{f(0.0)}" + "}"
-            body += f",\"actual_iterations\":{args['iters']},\"experiment_name\":\"\"" + "}"
+                body += (
+                    f',"{key}":'
+                    + "{"
+                    + f'"time":{f(t)},"alg_bw":{f(alg)},"bus_bw":{f(bus)},"nwrong":{f(0.0)}'
+                    + "}"
+                )
+            body += f',"actual_iterations":{args["iters"]},"experiment_name":""' + "}"
             res.append(body)
-        parts.append(f"\"results\":[{','.join(res)}]")
-        parts.append("\"out_of_bounds\":{\"count\":0,\"okay\":\"true\"}")
-        okay = "\"unchecked\"" if check == -1 else ("\"true\"" if avg >= check * 0.9 else "\"false\"")
-        parts.append("\"average_bus_bandwidth\":{" + f"\"bandwidth\":{f(avg)},\"okay\":{okay}" + "}")
-        parts.append("\"errors\":[\"\"]")
-        parts.append(f"\"end_time\":{s(time.strftime('%Y-%m-%d %H:%M:%S'))}")
+        parts.append(f'"results":[{",".join(res)}]')
+        parts.append('"out_of_bounds":{"count":0,"okay":"true"}')
+        okay = '"unchecked"' if check == -1 else ('"true"' if avg >= check * 0.9 else '"false"')
+        parts.append('"average_bus_bandwidth":{' + f'"bandwidth":{f(avg)},"okay":{okay}' + "}")
+        parts.append('"errors":[""]')
+        parts.append(f'"end_time":{s(time.strftime("%Y-%m-%d %H:%M:%S"))}')
         try:
             with open(doc["path"], "w") as fh:
                 fh.write("{" + ",".join(parts) + "}")
@@ -866,28 +1074,43 @@ DASHES = "-" * 74
 def mpi_nonzero_exit(rank: int, code: int) -> None:
     """orterun help-orterun.txt [orterun:non-zero-exit] and errmgr's "Primary job terminated
     normally" notice, as Open MPI 4.1 prints them when a rank exits non-zero."""
-    for line in (DASHES, "Primary job  terminated normally, but 1 process returned",
-                 "a non-zero exit code. Per user-direction, the job has been aborted.", DASHES, DASHES,
-                 "mpirun detected that one or more processes exited with non-zero status, thus causing",
-                 "the job to be terminated. The first process to do so was:", "",
-                 f"  Process name: [[{40000 + os.getpid() % 20000},1],{rank}]", f"  Exit code:    {code}", DASHES):
+    for line in (
+        DASHES,
+        "Primary job  terminated normally, but 1 process returned",
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        DASHES,
+        DASHES,
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "the job to be terminated. The first process to do so was:",
+        "",
+        f"  Process name: [[{40000 + os.getpid() % 20000},1],{rank}]",
+        f"  Exit code:    {code}",
+        DASHES,
+    ):
         _err(line)
 
 
 def _root_refusal() -> None:
     """orte/orted/orted_submit.c (Open MPI 4.x): root without --allow-run-as-root or both
     OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1."""
-    for line in (DASHES, "mpirun has detected an attempt to run as root.", "",
-                 "Running as root is *strongly* discouraged as any mistake (e.g., in",
-                 "defining TMPDIR) or bug can result in catastrophic damage to the OS",
-                 "file system, leaving your system in an unusable state.", "",
-                 "We strongly suggest that you run mpirun as a non-root user.", "",
-                 "You can override this protection by adding the --allow-run-as-root option",
-                 "to the cmd line or by setting two environment variables in the following way:",
-                 "the variable OMPI_ALLOW_RUN_AS_ROOT=1 to indicate the desire to override this",
-                 "protection, and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 to confirm the choice and",
-                 "add one more layer of certainty that you want to do so.",
-                 "We reiterate our advice against doing so - please proceed at your own risk.", DASHES):
+    for line in (
+        DASHES,
+        "mpirun has detected an attempt to run as root.",
+        "",
+        "Running as root is *strongly* discouraged as any mistake (e.g., in",
+        "defining TMPDIR) or bug can result in catastrophic damage to the OS",
+        "file system, leaving your system in an unusable state.",
+        "",
+        "We strongly suggest that you run mpirun as a non-root user.",
+        "",
+        "You can override this protection by adding the --allow-run-as-root option",
+        "to the cmd line or by setting two environment variables in the following way:",
+        "the variable OMPI_ALLOW_RUN_AS_ROOT=1 to indicate the desire to override this",
+        "protection, and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 to confirm the choice and",
+        "add one more layer of certainty that you want to do so.",
+        "We reiterate our advice against doing so - please proceed at your own risk.",
+        DASHES,
+    ):
         _err(line)
 
 
@@ -967,22 +1190,69 @@ while attempting to start process rank {rank}.
 
 # --- mpirun ---------------------------------------------------------------------------------
 
-_MPI_FLAGS = {"--allow-run-as-root", "--oversubscribe", "-oversubscribe", "--tag-output", "-tag-output",
-              "--report-bindings", "-report-bindings", "--display-map", "--nooversubscribe", "-q", "--quiet",
-              "-v", "--verbose", "--noprefix", "--use-hwthread-cpus"}
-_MPI_VALUED = {"-np", "-n", "--np", "-c", "-H", "-host", "--host", "--hostfile", "-hostfile", "--machinefile",
-               "-machinefile", "--bind-to", "-bind-to", "--map-by", "-map-by", "-x", "--mca", "-mca", "--prefix",
-               "-wdir", "--wdir", "-wd", "--rank-by", "-rank-by", "--npernode", "-npernode", "-N"}
+_MPI_FLAGS = {
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "-oversubscribe",
+    "--tag-output",
+    "-tag-output",
+    "--report-bindings",
+    "-report-bindings",
+    "--display-map",
+    "--nooversubscribe",
+    "-q",
+    "--quiet",
+    "-v",
+    "--verbose",
+    "--noprefix",
+    "--use-hwthread-cpus",
+}
+_MPI_VALUED = {
+    "-np",
+    "-n",
+    "--np",
+    "-c",
+    "-H",
+    "-host",
+    "--host",
+    "--hostfile",
+    "-hostfile",
+    "--machinefile",
+    "-machinefile",
+    "--bind-to",
+    "-bind-to",
+    "--map-by",
+    "-map-by",
+    "-x",
+    "--mca",
+    "-mca",
+    "--prefix",
+    "-wdir",
+    "--wdir",
+    "-wd",
+    "--rank-by",
+    "-rank-by",
+    "--npernode",
+    "-npernode",
+    "-N",
+}
 
 
 def parse_mpirun(argv: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = {"flags": set(), "np": None, "hosts": [], "hostfile": None, "x": [], "program": None,
-                            "args": []}
+    opts: dict[str, Any] = {
+        "flags": set(),
+        "np": None,
+        "hosts": [],
+        "hostfile": None,
+        "x": [],
+        "program": None,
+        "args": [],
+    }
     i = 0
     while i < len(argv):
         a = argv[i]
         if not a.startswith("-"):
-            opts["program"], opts["args"] = a, argv[i + 1:]
+            opts["program"], opts["args"] = a, argv[i + 1 :]
             break
         name, eq, val = a.partition("=") if a.startswith("--") else (a, "", "")
         if name in _MPI_FLAGS:
@@ -991,13 +1261,13 @@ def parse_mpirun(argv: list[str]) -> dict[str, Any]:
             if name in ("--mca", "-mca"):
                 i += 2
                 if i >= len(argv):
-                    raise TestUsage(f"Error: option \"{a}\" requires two arguments")
+                    raise TestUsage(f'Error: option "{a}" requires two arguments')
                 i += 1
                 continue
             if not eq:
                 i += 1
                 if i >= len(argv):
-                    raise TestUsage(f"Error: option \"{a}\" did not have enough parameters (1)")
+                    raise TestUsage(f'Error: option "{a}" did not have enough parameters (1)')
                 val = argv[i]
             key = name.lstrip("-")
             if key in ("np", "n", "c"):
@@ -1009,7 +1279,7 @@ def parse_mpirun(argv: list[str]) -> dict[str, Any]:
             elif key == "x":
                 opts["x"].append(val)
         else:
-            raise TestUsage(f"Error: unknown option \"{a}\"")
+            raise TestUsage(f'Error: unknown option "{a}"')
         i += 1
     return opts
 
@@ -1025,10 +1295,13 @@ def _slots(opts: dict[str, Any], local: str) -> list[tuple[str, int]]:
         entries.append((name, int(n) if n.isdigit() else 1))
     if opts["hostfile"]:
         try:
-            text = open(opts["hostfile"]).read()
+            with open(opts["hostfile"]) as fh:
+                text = fh.read()
         except OSError:
-            raise TestUsage(f"Open RTE was unable to open the hostfile:\n    {opts['hostfile']}\n"
-                            "Check to make sure the path and filename are correct.") from None
+            raise TestUsage(
+                f"Open RTE was unable to open the hostfile:\n    {opts['hostfile']}\n"
+                "Check to make sure the path and filename are correct."
+            ) from None
         for line in text.splitlines():
             line = line.split("#", 1)[0].strip()
             if not line:
@@ -1047,10 +1320,8 @@ def _slots(opts: dict[str, Any], local: str) -> list[tuple[str, int]]:
 
 def _local_names() -> set[str]:
     names = {"localhost", "127.0.0.1", os.uname().nodename}
-    try:
+    with contextlib.suppress(OSError, ValueError):
         names.add(devstate.load_hardware().get("host", ""))
-    except (OSError, ValueError):
-        pass
     return {n for n in names if n}
 
 
@@ -1060,8 +1331,12 @@ def _reach(host: str, argv: list[str]) -> tuple[int, str, str]:
     if REMOTE is not None:
         return REMOTE(host, argv)
     try:
-        proc = subprocess.run(["ssh", "-o", "BatchMode=yes", host, " ".join(shlex.quote(a) for a in argv)],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["ssh", "-o", "BatchMode=yes", host, " ".join(shlex.quote(a) for a in argv)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 255, "", f"ssh: {exc}"
     return proc.returncode, proc.stdout, proc.stderr
@@ -1075,13 +1350,17 @@ def mpirun(argv: list[str]) -> int:
         _err("Type 'mpirun --help' for usage.")
         return 1
     allowed = "allow-run-as-root" in opts["flags"] or (
-        os.environ.get("OMPI_ALLOW_RUN_AS_ROOT") == "1" and os.environ.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1")
+        os.environ.get("OMPI_ALLOW_RUN_AS_ROOT") == "1"
+        and os.environ.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1"
+    )
     if os.geteuid() == 0 and not allowed:
         _root_refusal()
         return 1
     if not opts["program"]:
-        _err(f"{DASHES}\nmpirun could not find anything to do.\n\nIt is possible that you forgot to specify "
-             f"how many processes to run,\nperhaps via the \"-np\" or \"N\" or \"C\" arguments.\n{DASHES}")
+        _err(
+            f"{DASHES}\nmpirun could not find anything to do.\n\nIt is possible that you forgot to specify "
+            f'how many processes to run,\nperhaps via the "-np" or "N" or "C" arguments.\n{DASHES}'
+        )
         return 1
     local = devstate.load_hardware().get("host") if devstate.path(devstate.HW_JSON).exists() else None
     try:
@@ -1136,11 +1415,15 @@ def mpirun(argv: list[str]) -> int:
             return 1
         if not info.get("nccl"):
             # the dynamic loader's message for a binary linked against libnccl.so.2 (ld.so)
-            _err(f"{opts['program']}: error while loading shared libraries: libnccl.so.2: cannot open shared "
-                 "object file: No such file or directory")
+            _err(
+                f"{opts['program']}: error while loading shared libraries: libnccl.so.2: cannot open shared "
+                "object file: No such file or directory"
+            )
             mpi_nonzero_exit(rank, 127)
             return 127
-    hosts = [infos[i] if infos[i] else {"host": slots[i][0], "gpus": [], "ports": []} for i in range(len(slots))]
+    hosts = [
+        infos[i] if infos[i] else {"host": slots[i][0], "gpus": [], "ports": []} for i in range(len(slots))
+    ]
     return run_test(opts["program"], opts["args"], hosts, procs, xenv, "tag-output" in opts["flags"])
 
 
@@ -1173,8 +1456,14 @@ def _run_plain(opts: dict[str, Any], slots: list[tuple[str, int]], procs: list[i
     return worst
 
 
-def run_test(program: str, argv: list[str], hosts: list[dict[str, Any]], procs: list[int],
-             xenv: dict[str, str], tag: bool = False) -> int:
+def run_test(
+    program: str,
+    argv: list[str],
+    hosts: list[dict[str, Any]],
+    procs: list[int],
+    xenv: dict[str, str],
+    tag: bool = False,
+) -> int:
     job = Job(program, argv, hosts, procs, xenv, tag)
     try:
         job._args = parse_test_args(argv)
@@ -1184,9 +1473,11 @@ def run_test(program: str, argv: list[str], hosts: list[dict[str, Any]], procs: 
             return 255
         if str(exc):
             _out(str(exc))
-        _out(f"USAGE: {job.program} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n\t"
-             "[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n\t"
-             "[-f,--stepfactor <increment factor>] \n\t[-J,--output_file <file>] \n\t[-h,--help]")
+        _out(
+            f"USAGE: {job.program} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n\t"
+            "[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n\t"
+            "[-f,--stepfactor <increment factor>] \n\t[-J,--output_file <file>] \n\t[-h,--help]"
+        )
         return 0
     return job.run()
 
@@ -1198,8 +1489,10 @@ def _standalone(program: str, argv: list[str]) -> int:
         _err(f"{program}: no GPU found")
         return 2
     if not info.get("nccl"):
-        _err(f"{program}: error while loading shared libraries: libnccl.so.2: cannot open shared object file: "
-             "No such file or directory")
+        _err(
+            f"{program}: error while loading shared libraries: libnccl.so.2: cannot open shared object file: "
+            "No such file or directory"
+        )
         return 127
     return run_test(program, argv, [info], [0], {})
 

@@ -716,7 +716,8 @@ def compute(opts: Options, client: dict[str, Any], server: dict[str, Any],
             "flows": plan["flows"], "carried": carried, "per_dir": per_dir}
 
 
-def pair_rate_gbps(a: dict[str, Any], b: dict[str, Any], size: int = 1 << 23) -> tuple[float | None, str | None]:
+def pair_rate_gbps(a: dict[str, Any], b: dict[str, Any],
+                   size: int = 1 << 23) -> tuple[float | None, str | None]:
     """(Gb/s, None) one RC QP moves from port A to port B with this physics (everything ``compute``
     applies: port rates, path health, lossy RoCE), or (None, why) when no data path joins them.
     A and B are :func:`local_facts` dicts. For other emulated tools that ride on RDMA (emul/nccl.py)."""
