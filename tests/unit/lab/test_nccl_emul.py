@@ -389,3 +389,32 @@ def test_rack_ssh_material_lists_every_host_with_its_key(tmp_path, monkeypatch):
         assert line == f"{h['name']},{h['mgmt_ip']} {pub[0]} {pub[1]}"
     etc = hosts.etc_hosts(topo, "gpu01")
     assert all(f"{h['mgmt_ip']}\t{h['name']}" in etc for h in topo["hosts"])
+
+
+def _acs_redirect_above_gpu0(hw: dict) -> None:
+    """The PCIe tree as hardware.json "pcie" has it (SPEC-19 C, flat devices with bus ranges):
+    the acs-enabled fault's ReqRedir+ CmpltRedir+ on the switch downstream port above GPU0."""
+    on = {"SrcValid": True, "ReqRedir": True, "CmpltRedir": True}
+    hw["pcie"] = {"devices": [
+        {"bdf": "0000:17:00.0", "kind": "downstream_port", "bus": {"primary": 0x16, "secondary": 0x18,
+                                                                   "subordinate": 0x18}, "acs_ctl": on},
+        {"bdf": "0000:17:01.0", "kind": "downstream_port", "bus": {"primary": 0x16, "secondary": 0x1a,
+                                                                   "subordinate": 0x1a}, "acs_ctl": {}},
+        {"bdf": "0000:18:00.0", "kind": "gpu"}, {"bdf": "0000:1a:00.0", "kind": "hca"}],
+        "iommu_groups": {"10": "identity"}}
+
+
+def test_acs_redirect_on_a_gpu_nic_path_slows_that_rail_and_nccl_still_says_enabled(lab, capsys):
+    _edit_hw("gpu02", _acs_redirect_above_gpu0)
+    rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
+    assert rc == 0 and "gpu02:" in out
+    # NCCL cannot see ACS: it enables GPUDirect RDMA and the hardware sends P2P via the root complex
+    assert "NCCL INFO NET/IB : GPU Direct RDMA Disabled" not in out and "via NET/IB/0/GDRDMA" in out
+    assert _peak(out) == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02)
+
+
+def test_iommu_translation_counts_as_no_gpudirect_path(lab, capsys):
+    _edit_hw("gpu01", lambda hw: hw.update(pcie={"devices": [], "iommu_groups": {"10": "DMA-FQ"}}))
+    rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
+    assert rc == 0
+    assert _peak(out) == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02)

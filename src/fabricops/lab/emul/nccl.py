@@ -367,7 +367,8 @@ def rank_info(program: str | None = None) -> dict[str, Any]:
         and "nvidia" in loaded
         and _kernel_at_least(str(hw.get("kernel", "")), (5, 12))
         and str(hw.get("gpu_kernel_module", "open")) == "open",
-        "iommu": iommu_types(),
+        # the kernel's view; before the emulated sysfs is rendered, the PCIe tree's own record
+        "iommu": iommu_types() or sorted(set(((hw.get("pcie") or {}).get("iommu_groups") or {}).values())),
         "acs_redirect": None if redirect is None else sorted(redirect),
         "oob": _oob(conf, host),
     }
