@@ -418,3 +418,20 @@ def test_iommu_translation_counts_as_no_gpudirect_path(lab, capsys):
     rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
     assert rc == 0
     assert _peak(out) == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02)
+
+
+def test_a_rail_without_a_data_path_is_a_network_error(lab, capsys):
+    sw = paths.fabric_dir() / "switches/ib-sw1.json"
+    doc = json.loads(sw.read_text())
+    doc["ports"]["3"]["link"] = "down"  # gpu02 mlx5_0's switch port
+    sw.write_text(json.dumps(doc))
+    rc, out, err = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
+    assert rc == 3 and "NCCL WARN NET/IB : Got completion from peer" in out and "status=12" in out
+    assert "Test NCCL failure" in out and "exited with non-zero status" in err
+
+
+def test_the_binary_alone_runs_one_process_over_nvlink(lab, capsys):
+    rc = nccl.all_reduce_perf(["-b", "8", "-e", "256M", "-f", "2", "-g", "8"])
+    rec = nccl_tests.parse(capsys.readouterr().out)
+    assert rc == 0 and rec.ranks == 8 and {d.host for d in rec.devices} == {"gpu01"}
+    assert rec.results[-1].busbw == pytest.approx(nccl.EFFICIENCY * 18 * 25, rel=0.05)  # NVLink 4: 450 GB/s
