@@ -435,3 +435,11 @@ def test_the_binary_alone_runs_one_process_over_nvlink(lab, capsys):
     rec = nccl_tests.parse(capsys.readouterr().out)
     assert rc == 0 and rec.ranks == 8 and {d.host for d in rec.devices} == {"gpu01"}
     assert rec.results[-1].busbw == pytest.approx(nccl.EFFICIENCY * 18 * 25, rel=0.05)  # NVLink 4: 450 GB/s
+
+
+def test_a_lossy_roce_rail_lowers_busbw(lab, capsys):
+    # the RoCE rail with the hosts' and switches' QoS untouched: no PFC, no ECN (a lossy path)
+    argv = [*MPIRUN, "-x", "NCCL_ALGO=Ring", "-x", "NCCL_IB_HCA==mlx5_2", "all_reduce_perf", *TEST]
+    rc, out, _ = _run(capsys, argv)
+    assert rc == 0 and "NET/IB : Using [0]mlx5_2:1/RoCE ; OOB" in out
+    assert _peak(out) < 0.5 * nccl.EFFICIENCY * LINE_GBS
