@@ -1343,6 +1343,24 @@ def _reach(host: str, argv: list[str]) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def _quiet_pipe(fn: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """A reader that goes away (``| head``) ends the tool as SIGPIPE ends a C program: quietly,
+    status 141; Ctrl-C is 130."""
+
+    def wrapper(argv: list[str]) -> int:
+        try:
+            return fn(argv)
+        except BrokenPipeError:
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        except KeyboardInterrupt:
+            return 130
+
+    return wrapper
+
+
+@_quiet_pipe
 def mpirun(argv: list[str]) -> int:
     try:
         opts = parse_mpirun(argv)
@@ -1498,13 +1516,16 @@ def _standalone(program: str, argv: list[str]) -> int:
     return run_test(program, argv, [info], [0], {})
 
 
+@_quiet_pipe
 def all_reduce_perf(argv: list[str]) -> int:
     return _standalone("all_reduce_perf", argv)
 
 
+@_quiet_pipe
 def all_gather_perf(argv: list[str]) -> int:
     return _standalone("all_gather_perf", argv)
 
 
+@_quiet_pipe
 def reduce_scatter_perf(argv: list[str]) -> int:
     return _standalone("reduce_scatter_perf", argv)
