@@ -144,7 +144,12 @@ def test_healthy_two_rail_ring_parses_and_follows_the_line_rate(lab, capsys):
     assert all(b2 >= b1 * 0.99 for b1, b2 in itertools.pairwise(busbw))
     assert rec.results[-1].algbw == pytest.approx(peak / (2 * 15 / 16), rel=0.01)
     assert 0 < rec.avg_busbw < peak
-    # NCCL's own lines (NCCL 2.23.4 formats)
+    # NCCL's own lines (NCCL 2.23.4 formats); the GPU Direct RDMA lines are NCCL_NET only, which
+    # NCCL's default NCCL_DEBUG_SUBSYS (INIT,BOOTSTRAP,ENV) leaves out
+    assert "GPU Direct RDMA" not in out and "NET/IB : Using" in out
+    argv = [*MPIRUN, "-x", "NCCL_DEBUG_SUBSYS=INIT,NET", "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST]
+    rc, out, err = _run(capsys, argv)
+    assert rc == 0 and "Bootstrap : Using" not in out  # BOOTSTRAP is no longer asked for
     assert (
         "gpu01:" in out
         and " [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:198.51.100." in out
@@ -223,7 +228,8 @@ def test_no_gpudirect_prints_disabled_and_bounces_through_host_memory(lab, capsy
     ring = _peak(_run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])[1])
     # proprietary kernel module: no DMA-BUF; nvidia_peermem not loaded
     _edit_hw("gpu02", lambda hw: hw.update(gpu_kernel_module="proprietary"))
-    rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
+    argv = [*MPIRUN, "-x", "NCCL_ALGO=Ring", "-x", "NCCL_DEBUG_SUBSYS=^COLL", "all_reduce_perf", *TEST]
+    rc, out, _ = _run(capsys, argv)
     assert rc == 0
     assert "gpu02:" in out and "NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" in out
     gpu02 = [ln for ln in out.splitlines() if ln.startswith("gpu02:") and "Channel" in ln]
@@ -406,8 +412,9 @@ def _acs_redirect_above_gpu0(hw: dict) -> None:
 
 def test_acs_redirect_on_a_gpu_nic_path_slows_that_rail_and_nccl_still_says_enabled(lab, capsys):
     _edit_hw("gpu02", _acs_redirect_above_gpu0)
-    rc, out, _ = _run(capsys, [*MPIRUN, "-x", "NCCL_ALGO=Ring", "all_reduce_perf", *TEST])
-    assert rc == 0 and "gpu02:" in out
+    argv = [*MPIRUN, "-x", "NCCL_ALGO=Ring", "-x", "NCCL_DEBUG_SUBSYS=ALL", "all_reduce_perf", *TEST]
+    rc, out, _ = _run(capsys, argv)
+    assert rc == 0 and "gpu02:" in out and "NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'" in out
     # NCCL cannot see ACS: it enables GPUDirect RDMA and the hardware sends P2P via the root complex
     assert "NCCL INFO NET/IB : GPU Direct RDMA Disabled" not in out and "via NET/IB/0/GDRDMA" in out
     assert _peak(out) == pytest.approx(nccl.EFFICIENCY * 2 * nccl.HOST_BOUNCE * LINE_GBS, rel=0.02)

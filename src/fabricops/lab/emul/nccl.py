@@ -144,6 +144,22 @@ def algo_allows_tree(value: str | None) -> bool:
     return ("tree" not in names) if exclude else ("tree" in names)
 
 
+#: NCCL's debug subsystems (src/include/nccl_common.h ncclDebugLogSubSys, src/debug.cc names)
+SUBSYS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
+          "BOOTSTRAP", "REG", "PROFILE", "RAS")
+
+
+def debug_mask(value: str | None) -> set[str]:
+    """NCCL_DEBUG_SUBSYS (src/debug.cc ncclDebugInit): unset = INIT,BOOTSTRAP,ENV; a comma list;
+    '^' inverts; ALL is every subsystem."""
+    if value is None:
+        return {"INIT", "BOOTSTRAP", "ENV"}
+    invert = value.startswith("^")
+    names = {t.strip().upper() for t in value.lstrip("^").split(",") if t.strip()}
+    names = set(SUBSYS) if "ALL" in names else names & set(SUBSYS)
+    return set(SUBSYS) - names if invert else names
+
+
 def version_code(version: str) -> int:
     x, y, z = (int(p) for p in version.split("."))
     return x * 10000 + y * 100 + z if (x, y) >= (2, 9) else x * 1000 + y * 100 + z
@@ -888,6 +904,9 @@ class Job:
     # -- NCCL INFO ----------------------------------------------------------------------------
 
     def _init_lines(self, devices: list[dict[str, Any]], nranks: int, phys: dict[str, Any]) -> None:
+        """Each rank's NCCL INFO lines with NCCL_DEBUG=INFO, filtered by NCCL_DEBUG_SUBSYS as
+        NCCL filters them (src/debug.cc: default INIT,BOOTSTRAP,ENV; so the NET-only GPU Direct
+        RDMA lines need NCCL_DEBUG_SUBSYS to name NET). Each line: its subsystems, its source."""
         nodes = sorted(set(self.procs))
         comm_id = self.rng.getrandbits(64)
         by_host: dict[int, list[dict[str, Any]]] = {}
@@ -895,94 +914,80 @@ class Job:
             by_host.setdefault(d["host"], []).append(d)
         for d in devices:
             h, env = self.hosts[d["host"]], self.envs[d["host"]]
-            if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
-                if d["rank"] == 0 and env.get("NCCL_DEBUG", "").upper() in ("VERSION", "WARN"):
+            level = env.get("NCCL_DEBUG", "").upper()
+            if level not in ("INFO", "TRACE"):
+                if d["rank"] == 0 and level in ("VERSION", "WARN"):
                     self.say(0, f"NCCL version {h.get('nccl') or '2.23.4'}{NCCL_BUILD_SUFFIX}")
                 continue
+            mask = debug_mask(env.get("NCCL_DEBUG_SUBSYS"))
             pid, tid, cdev = d["pid"], d["pid"] + 61, d["dev"]
-            pre = f"{h['host']}:{pid}:{pid} [{cdev}] NCCL INFO "
-            pret = f"{h['host']}:{pid}:{tid} [{cdev}] NCCL INFO "
             ifname, ip = h["oob"]
-            comm = f"0x{(0x55D3C0000000 + d['rank'] * 0x1A2B40):x}"
+            comm = f"0x{(0x55d3c0000000 + d['rank'] * 0x1A2B40):x}"
             bus = int(_norm_bdf(d["gpu"]["bus"]).split(":")[1], 16)
             cuda_major, _dot, cuda_minor = str(h.get("cuda", "12.4")).partition(".")
-            lines = [
-                pre + f"Bootstrap : Using {ifname}:{ip}<0>",  # src/bootstrap.cc
-                # src/misc/cudawrap.cc
-                pre + f"cudaDriverVersion {int(cuda_major) * 1000 + int(cuda_minor or 0) * 10}",
-                pre
-                + f"NCCL version {h.get('nccl') or '2.23.4'}{NCCL_BUILD_SUFFIX}",  # src/init.cc showVersion
-                pret
-                + "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",  # src/net.cc
-            ]
+            lines: list[tuple[set[str], str]] = []
+
+            def add(subsys: str, text: str, main_thread: bool = False) -> None:
+                who = f"{h['host']}:{pid}:{pid if main_thread else tid} [{cdev}] NCCL INFO "  # noqa: B023
+                lines.append((set(subsys.split("|")), who + text))  # noqa: B023
+
+            add("BOOTSTRAP", f"Bootstrap : Using {ifname}:{ip}<0>", True)  # src/bootstrap.cc
+            add("INIT", f"cudaDriverVersion {int(cuda_major) * 1000 + int(cuda_minor or 0) * 10}", True)
+            # src/init.cc showVersion, INFO(NCCL_ALL, ...)
+            add("ALL", f"NCCL version {h.get('nccl') or '2.23.4'}{NCCL_BUILD_SUFFIX}", True)
+            add("INIT|NET", "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.")
             rails = selected_rails(h, env)
             if env.get("NCCL_IB_HCA") is not None:
-                lines.append(pret + f"NCCL_IB_HCA set to {env['NCCL_IB_HCA']}")  # src/transport/net_ib.cc
+                add("NET|ENV", f"NCCL_IB_HCA set to {env['NCCL_IB_HCA']}")  # src/transport/net_ib.cc
             ib_off = env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0")
             socket = ib_off or not rails
             if not ib_off:
                 if rails:
-                    using = "".join(
-                        f" [{k}]{r['device']}:{r['port']}/"
-                        f"{'IB' if r['link_layer'] == 'InfiniBand' else 'RoCE'}"
-                        for k, r in enumerate(rails)
-                    )
+                    kinds = ["IB" if r["link_layer"] == "InfiniBand" else "RoCE" for r in rails]
+                    using = "".join(f" [{k}]{r['device']}:{r['port']}/{kinds[k]}"
+                                    for k, r in enumerate(rails))
                     # src/transport/net_ib.cc ncclIbInit: "NET/IB : Using%s %s; OOB %s:%s"
-                    lines.append(pret + f"NET/IB : Using{using} ; OOB {ifname}:{ip}<0>")
+                    add("INIT|NET", f"NET/IB : Using{using} ; OOB {ifname}:{ip}<0>")
                 else:
-                    lines.append(pret + "NET/IB : No device found.")
+                    add("INIT|NET", "NET/IB : No device found.")
             if socket:
-                lines.append(pret + f"NET/Socket : Using [0]{ifname}:{ip}<0>")  # src/transport/net_socket.cc
-            net = "Socket" if socket else "IB"
-            lines.append(pret + f"Using network {net}")  # src/init.cc
-            lines.append(
-                pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
-                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init START"
-            )
+                add("INIT|NET", f"NET/Socket : Using [0]{ifname}:{ip}<0>")  # src/transport/net_socket.cc
+            add("INIT", f"Using network {'Socket' if socket else 'IB'}")  # src/init.cc
+            start = (f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
+                     f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x}")
+            add("INIT", f"{start} - Init START")
             if h.get("dmabuf") and not socket:
-                lines.append(pret + f"DMA-BUF is available on GPU device {cdev}")  # src/init.cc:293
+                add("INIT", f"DMA-BUF is available on GPU device {cdev}")  # src/init.cc:293
             gdr = gdr_mechanism(h) and not socket
             if socket:
-                lines.append(pret + f"NET/Socket : GPU Direct RDMA Disabled for HCA 0 '{ifname}'")
+                add("NET", f"NET/Socket : GPU Direct RDMA Disabled for HCA 0 '{ifname}'")
             else:
-                for k, r in enumerate(rails):  # src/graph/topo.cc:802
-                    lines.append(
-                        pret + f"NET/IB : GPU Direct RDMA {'Enabled' if gdr else 'Disabled'} "
-                        f"for HCA {k} '{r['device']}'"
-                    )
+                for k, r in enumerate(rails):  # src/graph/topo.cc:802, INFO(NCCL_NET, ...)
+                    add("NET", f"NET/IB : GPU Direct RDMA {'Enabled' if gdr else 'Disabled'} for HCA {k} "
+                               f"'{r['device']}'")
             local = by_host[d["host"]]
-            lines.append(
-                pret + f"comm {comm} rank {d['rank']} nRanks {nranks} nNodes {len(nodes)} localRanks "
-                f"{len(local)} localRank {d['local']} MNNVL 0"
-            )  # src/init.cc:1044
+            add("INIT", f"comm {comm} rank {d['rank']} nRanks {nranks} nNodes {len(nodes)} localRanks "
+                        f"{len(local)} localRank {d['local']} MNNVL 0")  # src/init.cc:1044
             if len(nodes) > 1:
                 pos = nodes.index(d["host"])
                 nxt, prv = by_host[nodes[(pos + 1) % len(nodes)]], by_host[nodes[pos - 1]]
                 n_ch = 1 if socket else max(1, phys.get("rails") or len(rails))
                 suffix = "/GDRDMA" if gdr else ""
                 via = "NET/Socket" if socket else "NET/IB"
-                for c in range(n_ch):  # src/transport/net.cc:194
+                for c in range(n_ch):  # src/transport/net.cc:194, INFO(NCCL_INIT|NCCL_NET, ...)
                     if d["local"] == c % len(local) and c < len(nxt):
-                        peer = nxt[c]
-                        lines.append(
-                            pret
-                            + f"Channel {c:02d}/0 : {d['rank']}[{cdev}] -> {peer['rank']}[{peer['dev']}] "
-                            f"[send] via {via}/{c}{suffix}"
-                        )
+                        p = nxt[c]
+                        add("INIT|NET", f"Channel {c:02d}/0 : {d['rank']}[{cdev}] -> {p['rank']}[{p['dev']}] "
+                                        f"[send] via {via}/{c}{suffix}")
                     if d["local"] == c % len(local) and c < len(prv):
-                        peer = prv[c]
-                        lines.append(
-                            pret
-                            + f"Channel {c:02d}/0 : {peer['rank']}[{peer['dev']}] -> {d['rank']}[{cdev}] "
-                            f"[receive] via {via}/{c}{suffix}"
-                        )
-            lines.append(pret + "Connected all rings")  # src/transport/generic.cc
-            lines.append(
-                pret + f"ncclCommInitRank comm {comm} rank {d['rank']} nranks {nranks} cudaDev {cdev} "
-                f"nvmlDev {cdev} busId {bus:x}000 commId 0x{comm_id:x} - Init COMPLETE"
-            )
-            for ln in lines:
-                self.say(d["rank"], ln)
+                        p = prv[c]
+                        add("INIT|NET", f"Channel {c:02d}/0 : {p['rank']}[{p['dev']}] -> {d['rank']}[{cdev}] "
+                                        f"[receive] via {via}/{c}{suffix}")
+            add("INIT", "Connected all rings")  # src/transport/generic.cc
+            add("INIT", f"{start} - Init COMPLETE")
+            for subsys, text in lines:
+                if "ALL" in subsys or subsys & mask:
+                    self.say(d["rank"], text)
 
     # -- -J: the JSON nccl-tests writes (src/util.cu jsonOutputInit .. jsonOutputFinalize) -------
 
