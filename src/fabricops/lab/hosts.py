@@ -56,6 +56,38 @@ def ensure_host_key(name: str) -> str:
     return (d / "ssh_host_ed25519_key.pub").read_text().strip()
 
 
+def ensure_rack_key() -> Path:
+    """The rack-internal key pair (one per lab, kept with the lab's other SSH material): every host
+    has it as /root/.ssh/id_ed25519 and in authorized_keys, so mpirun's ssh launcher (and anything
+    else a site runs host to host) reaches every host without a password, as on a real cluster."""
+    d = paths.ssh_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    key = d / "rack_ed25519"
+    if not key.exists():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fabricops-lab-rack", "-f", str(key)],
+            check=True,
+        )
+    return key
+
+
+def rack_ssh_files(topo: dict[str, Any], rack_key: Path, controller_pub: str) -> dict[str, tuple[str, int]]:
+    """/root/.ssh of a lab host: the rack key, authorized_keys (the controller's key and the rack
+    key) and known_hosts naming every lab host by name and management address with its host key,
+    so StrictHostKeyChecking stays at its default and BatchMode ssh still connects."""
+    from fabricops.lab import inventory
+
+    rack_pub = rack_key.with_suffix(".pub").read_text().strip()
+    known = inventory.known_hosts_lines({"hosts": topo["hosts"]})
+    return {
+        "id_ed25519": (rack_key.read_text(), 0o600),
+        "id_ed25519.pub": (rack_pub + "\n", 0o644),
+        "authorized_keys": (f"{controller_pub.strip()}\n{rack_pub}\n", 0o600),
+        "known_hosts": ("\n".join(known) + "\n", 0o644),
+    }
+
+
 def ssh_base_args(known_hosts: Path | None = None) -> list[str]:
     kh = known_hosts or paths.ssh_dir() / "known_hosts"
     return [
@@ -172,10 +204,35 @@ def install_emulated_software(root: Path) -> bool:
     # /usr/bin (the image's real lspci) in every user's PATH, like the ethtool front-end above
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "lspci").replace("@VENDOR@", "pciutils")
     _write(root / "usr/local/bin/lspci", wrapper, 0o755)
+    install_nccl(root)
     # Emulated kernel modules (modprobe/lsmod/rmmod/modinfo) and the HCA's answer to the subnet manager
     # (emulated-hw-sm.path): docs/fabric-services.md, "The lab".
     fabric_services.install_into_root(root)
     return have_hwctl
+
+
+#: the NCCL library as a site installs it (libnccl2 package layout); its version is the file name
+NCCL_LIB = "usr/lib/x86_64-linux-gnu/libnccl.so.2.23.4"
+#: emulated nccl-tests binaries (on PATH, as a site's build puts them) and Open MPI's launcher
+NCCL_TOOLS = {"usr/local/bin/all_reduce_perf": "nccl-tests", "usr/local/bin/all_gather_perf": "nccl-tests",
+              "usr/local/bin/reduce_scatter_perf": "nccl-tests", "usr/bin/mpirun": "Open MPI",
+              f"{EMUL_TARGET}/bin/nccl-rank-info": "Open MPI (emulated remote side)"}
+
+
+def install_nccl(root: Path) -> None:
+    """SPEC-19 E and D: a stub libnccl.so.2.23.4 with its soname link, and wrappers for mpirun, the
+    three nccl-tests binaries and the helper mpirun runs on other hosts (docs/lab.md, "Multi-node
+    NCCL in the lab")."""
+    lib = root / NCCL_LIB
+    _write(lib, "# emulated NCCL 2.23.4 (fabricops lab): the version is the file name\n")
+    link = lib.with_name("libnccl.so.2")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(lib.name, link)
+    template = WRAPPER_TEMPLATE.read_text()
+    for rel, vendor in NCCL_TOOLS.items():
+        tool = Path(rel).name
+        _write(root / rel, template.replace("@TOOL@", tool).replace("@VENDOR@", vendor), 0o755)
 
 
 def prepare_host(
@@ -198,7 +255,8 @@ def prepare_host(
         src = hd / "ssh" / f"ssh_host_ed25519_key{suffix}"
         _write(etc / "ssh" / f"ssh_host_ed25519_key{suffix}", src.read_text(), mode)
     (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write(root / "root/.ssh/authorized_keys", authorized_key.strip() + "\n", 0o600)
+    for fname, (text, mode) in rack_ssh_files(topo, ensure_rack_key(), authorized_key).items():
+        _write(root / "root/.ssh" / fname, text, mode)
     for fname, text in interfaces_files(host).items():
         _write(etc / "network/interfaces.d" / fname, text)
     have_hwctl = install_emulated_software(root)

@@ -194,6 +194,7 @@ def _start_host(
 def _bring_up(lab: dict[str, Any], topo: dict[str, Any], lower: Path, timings: dict, t0: float) -> None:
     key = hosts.ensure_lab_key()
     pubkey = key.with_suffix(".pub").read_text()
+    hosts.ensure_rack_key()  # once, before the hosts are prepared in parallel (in-rack SSH)
     _write_fabric(topo)
     network.ensure_mgmt_bridge()
     network.ensure_fabric(topo["switches"], topo.get("links"))
@@ -265,6 +266,7 @@ def reconcile(lab: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
     if down_hosts:
         lower = image.ensure_image()
         pubkey = (paths.ssh_dir() / "id_ed25519.pub").read_text()
+        hosts.ensure_rack_key()
 
         def restart(h):
             hosts.stop_host(h["name"], hosts.nspawn_pid_of(h["name"]))

@@ -384,17 +384,19 @@ def test_downtrained_hca_fails_pcie_link_naming_device_width_and_cause(expect):
 def test_speed_only_downgrade_and_older_kernel_format(expect):
     """An HCA's speed is judged (a NIC keeps its trained speed); a GPU's is not, because NVIDIA GPUs
     lower it while idle (nvidia-smi pcie.link.gen.current) - only its width counts."""
-    r = raw(pcie_sysfs=ok(sysfs_links({"0000:18:00.0": ("16 GT/s", "16"), "0000:1a:00.0": ("16 GT/s", "16")})))
+    slow = {"0000:18:00.0": ("16 GT/s", "16"), "0000:1a:00.0": ("16 GT/s", "16")}
+    r = raw(pcie_sysfs=ok(sysfs_links(slow)))
     res = run(expect, r)
     bad = [x for x in res if not x.ok]
     assert [(x.check, x.device) for x in bad] == [("pcie_link", "mlx5_0")]
     assert "speed 16 of 32 GT/s" in bad[0].message and "16 GT/s instead of 32 GT/s" in bad[0].cause
-    gpu0 = [x for x in by(res, "pcie_link") if x.device == "GPU0"][0]
+    gpu0 = next(x for x in by(res, "pcie_link") if x.device == "GPU0")
     assert gpu0.status == PASS and "speed 16 of 32 GT/s not judged (GPUs lower it while idle)" in gpu0.message
     # the same GPU at half width fails: width does not change with load
     r = raw(pcie_sysfs=ok(sysfs_links({"0000:18:00.0": ("16 GT/s", "8")})))
     bad = [x for x in run(expect, r) if not x.ok]
-    assert [(x.check, x.device) for x in bad] == [("pcie_link", "GPU0")] and "width x8 of x16" in bad[0].message
+    assert [(x.check, x.device) for x in bad] == [("pcie_link", "GPU0")]
+    assert "width x8 of x16" in bad[0].message
 
 
 def test_no_link_and_missing_sysfs_entry(expect):

@@ -723,6 +723,18 @@ def compute(opts: Options, client: dict[str, Any], server: dict[str, Any],
             "flows": plan["flows"], "carried": carried, "per_dir": per_dir}
 
 
+def pair_rate_gbps(a: dict[str, Any], b: dict[str, Any],
+                   size: int = 1 << 23) -> tuple[float | None, str | None]:
+    """(Gb/s, None) one RC QP moves from port A to port B with this physics (everything ``compute``
+    applies: port rates, path health, lossy RoCE), or (None, why) when no data path joins them.
+    A and B are :func:`local_facts` dicts. For other emulated tools that ride on RDMA (emul/nccl.py)."""
+    opts = Options(verb="write", kind="bw", size=size)
+    outcome = compute(opts, a, b)
+    if not outcome.get("ok"):
+        return None, str(outcome.get("fatal") or "no data path")
+    return float(outcome["rows"][-1]["avg_gbps"]), None
+
+
 def _latency_row(opts: Options, size: int, line: float, roce: bool, problems: list[str],
                  rng: random.Random) -> dict[str, Any]:
     base = 1.75 if roce else 1.05

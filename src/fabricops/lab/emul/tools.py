@@ -44,6 +44,13 @@ TOOLS: dict[str, str] = {
     "ethtool": "ethtool:main",
     # pciutils: the emulated PCIe tree (hardware.json "pcie"; docs/lab-device-contract.md)
     "lspci": "pci:lspci",
+    # nccl-tests, Open MPI's launcher and the helper it reaches hosts with (docs/lab.md,
+    # "Multi-node NCCL in the lab")
+    "all_reduce_perf": "nccl:all_reduce_perf",
+    "all_gather_perf": "nccl:all_gather_perf",
+    "reduce_scatter_perf": "nccl:reduce_scatter_perf",
+    "mpirun": "nccl:mpirun",
+    "nccl-rank-info": "nccl:nccl_rank_info",
 }
 
 
