@@ -117,7 +117,9 @@ def binary(settings: NcclSettings, collective: str) -> str:
 
 
 def nccl_env(n_hosts: int, hca: str | None = None) -> dict[str, str]:
-    env = {"NCCL_DEBUG": "INFO"}
+    # INFO with the INIT and NET subsystems: NCCL's default NCCL_DEBUG_SUBSYS is INIT,BOOTSTRAP,ENV
+    # (src/debug.cc), and "NET/IB : GPU Direct RDMA Enabled for HCA" is logged under NET only.
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     if n_hosts == 2:
         # Exactly two hosts: NCCL picks Tree, whose busbw formula counts bytes the NICs never carry
         # and can exceed the NIC rate (NVIDIA/nccl-tests#196); Ring measures the fabric.

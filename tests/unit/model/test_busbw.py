@@ -37,9 +37,9 @@ def test_no_rails_or_bad_generation_raise():
 
 def test_per_nic_floor_times_rails():
     f = model.floor(model.predict({"a": [400] * 8, "b": [400] * 8}, 4), "NVIDIA H100 80GB HBM3", 8)
-    assert f.value == 368 and "nccl-tests#290" in f.source
+    assert f.value == pytest.approx(8 * 43.7) and "nccl-tests#290" in f.source  # 46 less 5 %
     f = model.floor(model.predict({"a": [200] * 8, "b": [200] * 8}, 3), "NVIDIA A100-SXM4-80GB", 8)
-    assert f.value == 192 and "nccl-tests#119" in f.source
+    assert f.value == pytest.approx(8 * 22.8) and "nccl-tests#119" in f.source  # 24 less 5 %
 
 
 def test_floor_capped_when_nvlink_bound():
