@@ -178,9 +178,16 @@ def _last_line(res: Mapping[str, Any]) -> str:
         for ln in str(res.get(stream) or "").splitlines()
         if ln.strip() and not re.fullmatch(r"[-=*#\s]+", ln.strip())
     ]
-    telling = [ln for ln in lines if re.search(r"failure|error|WARN|unable|not enough", ln, re.IGNORECASE)]
-    if telling or lines:
-        return (telling or lines)[-1][:200]
+    telling = [
+        ln for ln in lines
+        if re.search(r"failure|error|WARN|unable|not enough|Invalid number of GPUs", ln, re.IGNORECASE)
+    ]
+    if telling:
+        # the first two: the cause (nccl-tests' "Invalid number of GPUs: 8 requested but only 7 were
+        # found.", ssh's own error) and the line naming the host; mpirun's banner comes after them
+        return " / ".join(dict.fromkeys(telling[:2]))[:300]
+    if lines:
+        return lines[-1][:200]
     return f"exit {res.get('rc')} with no output"
 
 
@@ -520,6 +527,13 @@ def _subset_result(coll, host, hca, rr: RunResult, expect, band, what) -> CheckR
     b = float(rr.busbw or 0)
     thr = round(band.low * expect, 2)
     status = PASS if b >= thr else FAIL
+    cause = None
+    if status == FAIL and hca:
+        cause = (f"rail {hca} is slow on its own: check its ports and cables on every host (hca_port, "
+                 f"pcie_link, the rail's perftest pairs) and, on RoCE, its lossless class (roce_qos)")
+    elif status == FAIL:
+        cause = (f"{what} is slow: check {host}'s HCA ports and PCIe links (hca_port, pcie_link) and its "
+                 "GPUDirect path (nccl_gdr, pcie_acs, iommu, gpudirect_mechanism)")
     return CheckResult(
         CATEGORY,
         "nccl_rail",
@@ -531,6 +545,7 @@ def _subset_result(coll, host, hca, rr: RunResult, expect, band, what) -> CheckR
         threshold=thr,
         op=">=",
         unit="GB/s",
+        cause=cause,
         details=details,
     )
 

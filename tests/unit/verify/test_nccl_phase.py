@@ -246,6 +246,9 @@ def test_low_rail_fails_and_subset_reruns_name_rail_and_host():
     assert rails == {"mlx5_0": "pass", "mlx5_1": "fail"}
     hosts = {r.host: r.status for r in by(vr, "nccl_rail") if r.device is None}
     assert hosts == {"gpu02": "pass", "gpu03": "fail", "gpu04": "pass"}
+    causes = {r.device or r.host: r.cause for r in by(vr, "nccl_rail") if r.status == "fail"}
+    assert causes["mlx5_1"].startswith("rail mlx5_1 is slow on its own: check its ports")
+    assert "check gpu03's HCA ports and PCIe links" in causes["gpu03"]
     cmds = [c for _h, c, _t in fake.calls]
     assert sum("NCCL_IB_HCA==mlx5_" in c for c in cmds) == 2
     assert any("-H gpu01:8,gpu03:8" in c and "NCCL_ALGO=Ring" in c for c in cmds)
@@ -284,6 +287,24 @@ def test_timeout_is_an_error_never_a_pass():
     assert b.status == "error" and "could not run: no result within 180 s" in b.message
     assert "Bootstrap : Using eth0" in b.message  # the last line of output
     assert not by(vr, "nccl_gdr")
+
+
+def test_missing_gpu_quotes_the_cause_and_the_host_not_mpiruns_banner():
+    """nccl-tests 2.18 (src/common.cu) on a host with fewer GPUs than ranks, then Open MPI's abort
+    banner naming the rank: the error quotes nccl-tests' two lines."""
+    res = {
+        "rc": 5,
+        "stdout": "Invalid number of GPUs: 8 requested but only 7 were found.\n"
+        " .. gpu03 pid 600: Test failure common.cu:1206\n",
+        "stderr": "-" * 74 + "\nPrimary job  terminated normally, but 1 process returned\n"
+        "a non-zero exit code. Per user-direction, the job has been aborted.\n" + "-" * 74 + "\n"
+        "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+        "the job to be terminated. The first process to do so was:\n\n  Process name: [[1,1],15]\n",
+    }
+    [b] = by(run_phase(lambda host, command, timeout=60: res), "nccl_busbw")
+    assert b.status == "error", b.message
+    assert ("exit 5: Invalid number of GPUs: 8 requested but only 7 were found. / .. gpu03 pid 600: "
+            "Test failure common.cu:1206") in b.message
 
 
 def test_nonzero_exit_and_unreadable_output_are_errors():
