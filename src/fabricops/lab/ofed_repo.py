@@ -80,8 +80,11 @@ TOOL_PACKAGE: dict[str, str] = {
     "cma_roce_tos": "mlnx-tools",
     "cma_roce_mode": "mlnx-tools",
 }
-#: Emulated tools that are not MLNX_OFED's (the NVIDIA driver's).
-NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm|lldp)")
+#: Emulated tools that are not MLNX_OFED's: the NVIDIA driver's, lldpd's, pciutils' (the image's
+#: pciutils owns /usr/bin/lspci: dpkg refuses a package that overwrites it), nccl-tests and Open MPI
+#: (hosts.install_nccl puts them where a site's build does).
+NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm|lldp|lspci$|mpirun$|nccl-|all_reduce_perf$|all_gather_perf$"
+                      r"|reduce_scatter_perf$)")
 
 #: Install order (mlnxofedinstall lists and installs in this order; the meta package last).
 PACKAGE_ORDER = (

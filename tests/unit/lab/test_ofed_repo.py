@@ -88,6 +88,20 @@ def test_every_ofed_tool_is_packaged_and_the_driver_tool_is_not():
     assert "ib_write_bw" in ofed_repo.ofed_tools()["perftest"]
 
 
+def test_mlnx_tools_ships_only_tools_mlnx_ofed_has():
+    """A tool added to emul/tools.py lands in mlnx-tools unless decided otherwise, as /usr/bin/TOOL: one
+    that another Debian package owns there (pciutils' lspci) makes dpkg refuse the whole install
+    ("trying to overwrite '/usr/bin/lspci', which is also in package pciutils"), and nccl-tests or
+    Open MPI are no MLNX_OFED package. mlnx-tools holds exactly these (MLNX_OFED's mlnx-tools package:
+    mlnx_qos, cma_roce_tos, cma_roce_mode; ethtool's front-end is the mlx5 statistics)."""
+    assert sorted(ofed_repo.ofed_tools()["mlnx-tools"]) == [
+        "cma_roce_mode", "cma_roce_tos", "ethtool", "mlnx_qos",
+    ]
+    for tool in ("lspci", "mpirun", "all_reduce_perf", "all_gather_perf", "reduce_scatter_perf",
+                 "nccl-rank-info"):
+        assert ofed_repo.NOT_OFED.match(tool), tool
+
+
 # --- the packages -------------------------------------------------------------------------------
 
 def test_debs_are_valid_with_the_expected_names_and_versions(repo):
