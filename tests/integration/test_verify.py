@@ -1,7 +1,9 @@
 """fabricops verify on the shared lab: healthy hardware/GPU/port/counter/pairwise checks (every cabled
 rail: two InfiniBand, two RoCE) pass; each host fault on gpu03 fails the right check, naming host,
 device and cause, and nothing else fails; PFC taken off one switch port (leaf-onyx, gpu03's mlx5_2)
-fails gpu03's RoCE pairs on that rail with a cause naming the switch and port.
+fails gpu03's RoCE pairs on that rail with a cause naming the switch and port. The GPU path (issue
+19): PCIe links, ACS, IOMMU and the GPUDirect mechanism pass and each PCIe fault fails its own check;
+the multi-node NCCL phase passes inside the model's band and names a slow rail and host.
 
 Touches only gpu03 (faults, cleared afterwards), leaf-onyx's port of gpu03's mlx5_2 (restored to the
 exact running-config afterwards), and installs the emulated MLNX_OFED on a host that has none
@@ -247,3 +249,86 @@ def test_roce_pfc_off_on_one_switch_port(tmp_path, baseline):
     # restored: everything passes again
     rc, data, text = verify(tmp_path, baseline=baseline)
     assert rc == 0, text
+
+
+# --- issue 19: the GPU path (PCIe, ACS, IOMMU, GPUDirect mechanism; multi-node NCCL) -----------------
+
+GPU_PATH_CHECKS = ("pcie_link", "pcie_acs", "iommu", "gpudirect_mechanism")
+
+
+def test_gpu_path_healthy(tmp_path, baseline):
+    """PCIe links at their capability, no ACS redirect between a GPU and its NIC, IOMMU passthrough, a
+    GPUDirect mechanism; then the multi-node NCCL phase over all four hosts: all_reduce busbw inside
+    the band of the model's prediction and GPUDirect RDMA enabled on every HCA NCCL used."""
+    rc, data, text = verify(tmp_path, "--only", "gpus")
+    assert rc == 0, text
+    for check in GPU_PATH_CHECKS:
+        hosts = {r["host"] for r in data["results"] if r["check"] == check and r["status"] == "pass"}
+        assert hosts == {"gpu01", "gpu02", "gpu03", "gpu04"}, (check, text)
+    rc, data, text = verify(tmp_path, "--only", "nccl")
+    assert rc == 0, text
+    bw = [r for r in data["results"] if r["check"] == "nccl_busbw"]
+    assert [r["status"] for r in bw] == ["pass"], text
+    # 2 NDR rails per host: the model predicts 2 x 50 GB/s; NCCL over IB reaches ~94 % of it
+    assert 85 <= bw[0]["measured"] <= 100, text
+    gdr = [r for r in data["results"] if r["check"] == "nccl_gdr"]
+    assert {(r["host"], r["device"]) for r in gdr if r["status"] == "pass"} == {
+        (h, d) for h in ("gpu01", "gpu02", "gpu03", "gpu04") for d in ("mlx5_0", "mlx5_1")
+    }, text
+
+
+GPU_FAULTS = [
+    (["pcie-downtrained", "mlx5_0"], "pcie_link", "mlx5_0", "x8"),
+    (["acs-enabled"], "pcie_acs", None, "ReqRedir"),
+    (["iommu-translated"], "iommu", None, "DMA-FQ"),
+]
+
+
+@pytest.mark.parametrize("spec", GPU_FAULTS, ids=[f[0][0] for f in GPU_FAULTS])
+def test_gpu_path_fault_fails_the_right_check(tmp_path, baseline, spec):
+    args, check, device, text_in = spec
+    fault("gpu03", *args)
+    try:
+        rc, data, text = verify(tmp_path, "--only", "gpus")
+    finally:
+        fault("clear", "gpu03")
+    assert rc == 1, text
+    bad = [r for r in data["results"] if r["status"] not in ("pass", "skip")]
+    own = [r for r in bad if r["check"] == check and r["host"] == "gpu03"]
+    assert own, text
+    if device:
+        assert {r["device"] for r in own} == {device}, text
+    assert all(text_in in r["message"] and "gpu03" in r["message"] and r["cause"] for r in own), text
+    assert {r["host"] for r in bad} == {"gpu03"}, text
+    assert {r["check"] for r in bad} <= {check, "gpudirect_mechanism"}, text
+
+
+def test_nccl_names_the_slow_rail(tmp_path, baseline):
+    """One HCA at 2X on gpu03: all_reduce busbw falls below the band, and the subset re-runs name
+    gpu03's mlx5_0 rail."""
+    fault("gpu03", "port-width", "mlx5_0", "2X")
+    try:
+        rc, data, text = verify(tmp_path, "--only", "nccl")
+    finally:
+        fault("clear", "gpu03")
+    assert rc == 1, text
+    bw = [r for r in data["results"] if r["check"] == "nccl_busbw"]
+    assert bw and bw[0]["status"] == "fail", text
+    rail = [r for r in data["results"] if r["check"] == "nccl_rail" and r["status"] == "fail"]
+    assert rail and any("mlx5_0" in r["message"] for r in rail), text
+    assert any("gpu03" in r["message"] for r in rail), text
+
+
+def test_nccl_on_a_host_missing_a_gpu_could_not_run(tmp_path, baseline):
+    """A rank on a GPU the host does not have: nccl-tests refuses and mpirun aborts. The phase is an
+    error (no busbw is a verdict) that quotes nccl-tests' reason and names the host."""
+    fault("gpu03", "gpu-missing", "3")
+    try:
+        rc, data, text = verify(tmp_path, "--only", "nccl")
+    finally:
+        fault("clear", "gpu03")
+    assert rc == 1, text
+    [bw] = [r for r in data["results"] if r["check"] == "nccl_busbw"]
+    assert bw["status"] == "error", text
+    assert "Invalid number of GPUs: 8 requested but only 7 were found" in bw["message"], text
+    assert "gpu03" in bw["message"], text
