@@ -142,3 +142,17 @@ def test_cli_parses_a_capture(tmp_path, capsys):
     assert cli.main(["parse", "lspci", str(f)]) == EXIT_BADINPUT
     err = capsys.readouterr().err
     assert "lspci" in err and "Traceback" not in err
+
+
+def test_real_downstream_port_with_acs_redirect_and_downgraded_speed():
+    """A real capture with link and ACS lines: LnkSta 8GT/s (downgraded) of LnkCap 16GT/s at full
+    width, and ACSCtl with ReqRedir+ CmpltRedir+ (the P2P redirect the pcie_acs check fails on)."""
+    [dev] = lspci.parse(read_fixture("lspci", "amd_matisse_downstream_acs_downgraded.txt"))["devices"]
+    assert dev["bdf"] == "0000:03:02.0" and dev["bridge"] and dev["port_type"] == "Downstream Port"
+    assert dev["bus"] == {"primary": 3, "secondary": 6, "subordinate": 6}
+    assert dev["lnkcap"] == {"speed_gts": 16.0, "width": 4}
+    assert dev["lnksta"] == {"speed_gts": 8.0, "width": 4, "downgraded": True}
+    assert dev["acs_ctl"]["ReqRedir"] and dev["acs_ctl"]["CmpltRedir"] and dev["acs_ctl"]["SrcValid"]
+    assert not dev["acs_ctl"]["TransBlk"] and not dev["acs_ctl"]["DirectTrans"]
+    assert dev["acs_cap"]["DirectTrans"] and not dev["acs_cap"]["EgressCtrl"]
+    assert not dev["access_denied"]
