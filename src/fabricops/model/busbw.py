@@ -10,13 +10,15 @@ the rails: NCCL spreads its channels over the R rails a host uses, so the inter-
 
 (nccl-tests doc/PERFORMANCE.md: busbw reflects the speed of the slowest link; REFERENCE.md "NCCL per
 NIC across nodes ~24 GB/s per 200G NIC, 46-48 GB/s per 400G" is that bound at 0.92-0.96 efficiency.)
-Floors (``data/nccl_floors.yml``): per NIC across hosts x R, or the single-node figure for one host.
+Floors: the profile's per-NIC figure (thresholds.yml) x R less a run-to-run tolerance, or the
+profile's single-node figure for one host; the band and the tolerance: ``data/nccl_band.yml``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fabricops.model import _data
 from fabricops.model.nvlink import NVLINK
@@ -87,33 +89,30 @@ def predict(rails_gbps: Mapping[str, Sequence[float]], nvlink: int) -> Predictio
 
 
 def band() -> Band:
-    b = _data.load("nccl_floors.yml")["band"]
+    b = _data.load("nccl_band.yml")["band"]
     return Band(float(b["low"]), float(b["high"]), float(b["above_tolerance"]), b["source"])
 
 
-def floor(pred: Prediction, gpu_model: str, gpus: int) -> Floor:
-    """The published floor for a run the model predicted as ``pred``; ValueError when none applies
-    (the message says which row ``data/nccl_floors.yml`` lacks)."""
-    data = _data.load("nccl_floors.yml")
-    if pred.rail_gbps is None:
-        words = {w.upper() for w in gpu_model.replace("-", " ").split()}
-        for row in data["single_node"]:
-            if row["gpu"].upper() in words and int(row["gpus"]) == gpus:
-                return Floor(
-                    float(row["busbw_gbs"]),
-                    f"all_reduce busbw, {gpus}x {row['gpu']} in one node",
-                    row["source"],
-                )
-        raise ValueError(f"no single-node busbw floor for {gpus}x {gpu_model} in nccl_floors.yml")
-    for row in data["per_nic_across_nodes"]:
-        if float(row["nic_gbps"]) == pred.rail_gbps:
-            value = pred.rails * float(row["busbw_gbs"])
-            basis = f"{pred.rails} rails x {_g(row['busbw_gbs'])} GB/s per {_g(pred.rail_gbps)} Gb/s NIC"
-            if value > pred.busbw_gbs:  # NVLink-bound: the NICs' floor is out of reach by design
-                value = band().low * pred.busbw_gbs
-                basis += f", capped at {band().low:g} x the NVLink-bound prediction"
-            return Floor(value, basis, row["source"])
-    known = ", ".join(str(r["nic_gbps"]) for r in data["per_nic_across_nodes"])
-    raise ValueError(
-        f"no per-NIC busbw floor for {_g(pred.rail_gbps)} Gb/s NICs in nccl_floors.yml (known: {known} Gb/s)"
-    )
+def floor(pred: Prediction, profile: Any) -> Floor:
+    """The published floor for a run the model predicted as ``pred`` on hardware ``profile`` (a
+    name or a :class:`fabricops.model.profiles.Profile`): one host, the profile's single-node figure;
+    across hosts, rails x the per-NIC figure for the rails' rate less the run-to-run tolerance
+    (``data/nccl_band.yml``). The figures have one home, the profile thresholds
+    (:func:`fabricops.model.profiles.threshold_for`). ValueError (one sentence) when none applies."""
+    from fabricops.model import profiles
+
+    try:
+        if pred.rail_gbps is None:
+            t = profiles.threshold_for(profile, "nccl_all_reduce_single_node")
+            return Floor(float(t.value), t.basis, t.source)
+        t = profiles.threshold_for(profile, "nccl_busbw_per_nic", port_rate=pred.rail_gbps)
+    except profiles.ProfileError as exc:
+        raise ValueError(str(exc)) from None
+    tol = _data.load("nccl_band.yml")["floor_tolerance"]
+    value = pred.rails * float(t.value) * (1 - float(tol["value"]))
+    basis = (f"{pred.rails} rails x {_g(float(t.value))} GB/s per {_g(pred.rail_gbps)} Gb/s NIC"
+             f" less {float(tol['value']):.0%}")
+    if value > pred.busbw_gbs:  # NVLink-bound: the NICs' floor is out of reach by design
+        value = band().low * pred.busbw_gbs
+        basis += f", capped at {band().low:g} x the NVLink-bound prediction"
+    return Floor(value, basis, f"{t.source}; {tol['source']}")

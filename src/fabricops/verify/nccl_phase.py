@@ -5,8 +5,9 @@ From the first host of the run, through the verify transport, one nccl-tests run
 read with :mod:`fabricops.parsers.nccl_tests` and judged:
 
 - ``nccl_busbw`` (device = the collective): the out-of-place busbw at the largest size against the
-  published floor (``model/data/nccl_floors.yml``) AND the band around the model's prediction
-  (:mod:`fabricops.model.busbw`); above the band on two hosts is a FAIL (Tree, nccl-tests#196);
+  published floor (the profile's thresholds, ``model/data/nccl_band.yml``) AND the band around the
+  model's prediction (:mod:`fabricops.model.busbw`); above the band on two hosts is a FAIL (Tree,
+  nccl-tests#196);
 - ``nccl_gdr`` (device = HCA): NCCL's own "GPU Direct RDMA Enabled/Disabled for HCA" lines;
 - ``nccl_rail``: when busbw is low, bounded subset re-runs (one rail across all hosts; each host with
   a reference host) that name the slowest rail and host.
@@ -335,7 +336,7 @@ def phase(
     rails, layer = plan_rails(expects, raws)
     try:
         pred = model.predict({h: list(r.values()) for h, r in rails.items()}, exp0.profile.gpu.nvlink)
-        floor = model.floor(pred, exp0.profile.gpu.model, slots)
+        floor = model.floor(pred, exp0.profile)
     except ValueError as exc:
         bare = [h for h, r in rails.items() if not r]
         why = (

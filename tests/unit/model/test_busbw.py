@@ -1,4 +1,4 @@
-"""The Ring busbw prediction and the published floors (fabricops.model.busbw, data/nccl_floors.yml)."""
+"""The Ring busbw prediction and the floors (fabricops.model.busbw: profile thresholds, nccl_band.yml)."""
 
 from __future__ import annotations
 
@@ -36,30 +36,31 @@ def test_no_rails_or_bad_generation_raise():
 
 
 def test_per_nic_floor_times_rails():
-    f = model.floor(model.predict({"a": [400] * 8, "b": [400] * 8}, 4), "NVIDIA H100 80GB HBM3", 8)
-    assert f.value == pytest.approx(8 * 43.7) and "nccl-tests#290" in f.source  # 46 less 5 %
-    f = model.floor(model.predict({"a": [200] * 8, "b": [200] * 8}, 3), "NVIDIA A100-SXM4-80GB", 8)
-    assert f.value == pytest.approx(8 * 22.8) and "nccl-tests#119" in f.source  # 24 less 5 %
+    f = model.floor(model.predict({"a": [400] * 8, "b": [400] * 8}, 4), "hgx-h100-ndr")
+    assert f.value == pytest.approx(8 * 46 * 0.95) and "nccl-tests#290" in f.source  # 46 less 5 %
+    assert f.basis == "8 rails x 46 GB/s per 400 Gb/s NIC less 5%"
+    f = model.floor(model.predict({"a": [200] * 8, "b": [200] * 8}, 3), "hgx-a100-hdr")
+    assert f.value == pytest.approx(8 * 24 * 0.95) and "nccl-tests#119" in f.source  # 24 less 5 %
 
 
 def test_floor_capped_when_nvlink_bound():
     # 16 x 400G on H100 would need 736 GB/s, beyond NVLink's 450: the floor follows the band
-    f = model.floor(model.predict({"a": [400] * 16, "b": [400] * 16}, 4), "NVIDIA H100 80GB HBM3", 8)
+    f = model.floor(model.predict({"a": [400] * 16, "b": [400] * 16}, 4), "hgx-h100-ndr")
     assert f.value == pytest.approx(0.85 * 450)
 
 
 def test_single_node_floors():
     one = model.predict({"a": [400] * 8}, 4)
-    assert model.floor(one, "NVIDIA H100 80GB HBM3", 8).value == 460
-    assert model.floor(one, "NVIDIA H200", 8).value == 431
-    assert model.floor(model.predict({"a": [200]}, 3), "NVIDIA A100-SXM4-80GB", 8).value == 228
-    with pytest.raises(ValueError, match="no single-node busbw floor"):
-        model.floor(one, "Tesla V100-SXM2-32GB", 8)
+    assert model.floor(one, "hgx-h100-ndr").value == 460
+    assert model.floor(one, "hgx-h200-ndr").value == 431
+    assert model.floor(model.predict({"a": [200]}, 3), "hgx-a100-hdr").value == 228
+    with pytest.raises(ValueError, match="no published single-node"):
+        model.floor(one, "edr-100")
 
 
 def test_unknown_nic_rate_has_no_floor():
-    with pytest.raises(ValueError, match="no per-NIC busbw floor for 800 Gb/s"):
-        model.floor(model.predict({"a": [800], "b": [800]}, 5), "NVIDIA B200", 8)
+    with pytest.raises(ValueError, match="no per-NIC NCCL busbw floor for 800 Gb/s"):
+        model.floor(model.predict({"a": [800], "b": [800]}, 5), "hgx-h100-ndr")
 
 
 def test_band():
@@ -69,6 +70,6 @@ def test_band():
 
 
 def test_every_floor_row_has_a_source():
-    data = _data.load("nccl_floors.yml")
-    rows = data["per_nic_across_nodes"] + data["single_node"] + [data["band"]]
+    data = _data.load("nccl_band.yml")
+    rows = [data["band"], data["floor_tolerance"]]
     assert rows and all(str(r.get("source", "")).strip() for r in rows)

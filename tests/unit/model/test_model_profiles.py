@@ -78,6 +78,7 @@ def test_latency_caps():
 def test_nccl_floors():
     assert threshold_for("hgx-h100-ndr", "nccl_all_reduce_single_node").value == 460
     assert threshold_for("hgx-a100-hdr", "nccl_all_reduce_single_node").value == 228
+    assert threshold_for("hgx-h200-ndr", "nccl_all_reduce_single_node").value == 431  # Azure nd96isr_h200_v5
     assert threshold_for("hgx-a100-hdr", "nccl_busbw_per_nic", 200).value == 24
     assert threshold_for("hgx-h100-ndr", "nccl_busbw_per_nic").value == 46
     with pytest.raises(ProfileError, match="no published single-node"):

@@ -496,7 +496,7 @@ def test_json_result_is_parsed_when_the_template_asks_for_it():
 
 def test_single_host_uses_the_single_node_floor():
     pred = model.predict({"gpu01": [400.0] * 8}, 4)
-    f = model.floor(pred, "NVIDIA H200", 8)
+    f = model.floor(pred, "hgx-h200-ndr")
     assert (pred.busbw_gbs, f.value) == (450.0, 431.0) and "nd96isr_h200_v5" in f.source
 
 
