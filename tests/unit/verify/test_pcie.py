@@ -5,123 +5,17 @@ The ``lspci -D -vvv`` texts below follow pciutils' own printf formats (lspci.c `
 ``cap_acs`` for ``ACSCap:``/``ACSCtl:`` and ``Capabilities: <access denied>`` without root), laid
 out as an HGX board is: per socket a root port, a PCIe switch (upstream + downstream ports), a GPU
 and a ConnectX-7 under the same switch.
-
-STAND-IN: the real parser ``fabricops.parsers.lspci`` (SPEC-19 B) is written on branch pcie-lab;
-until it is merged, :class:`_StandIn` below implements the same API (parse/parents/path_between)
-minimally and is installed for these tests only when the real module is not importable (after the
-merge the tests run against the real parser; the stand-in can then be deleted).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-import types
 
 import pytest
 
-from fabricops.errors import ParseError
 from fabricops.verify import hostchecks, pcie
 from fabricops.verify.expect import host_expect
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP
-
-# --- stand-in for fabricops.parsers.lspci (SPEC-19 B) -------------------------------------------
-
-_HEAD = re.compile(r"^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ([^:]+): (.*)$")
-_ACS_KEYS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
-
-
-def _standin_parse(text: str) -> dict:
-    devices, cur = [], None
-    for line in text.splitlines():
-        m = _HEAD.match(line)
-        if m:
-            cur = {
-                "bdf": m[1],
-                "class": m[2],
-                "description": m[3],
-                "bridge": False,
-                "bus": None,
-                "port_type": None,
-                "lnkcap": None,
-                "lnksta": None,
-                "acs_cap": None,
-                "acs_ctl": None,
-                "access_denied": False,
-            }
-            devices.append(cur)
-            continue
-        if cur is None:
-            continue
-        s = line.strip()
-        if m := re.match(r"Bus: primary=(\w+), secondary=(\w+), subordinate=(\w+)", s):
-            cur["bridge"] = True
-            cur["bus"] = {"primary": int(m[1], 16), "secondary": int(m[2], 16), "subordinate": int(m[3], 16)}
-        elif s == "Capabilities: <access denied>":
-            cur["access_denied"] = True
-        elif m := re.match(
-            r"Capabilities: \[\w+\] Express \(v\d\) (Root Port|Upstream Port|Downstream Port|"
-            r"Legacy Endpoint|Endpoint)",
-            s,
-        ):
-            cur["port_type"] = m[1]
-        elif m := re.match(r"LnkCap:\s+Port #\d+, Speed ([\d.]+)GT/s, Width x(\d+)", s):
-            cur["lnkcap"] = {"speed_gts": float(m[1]), "width": int(m[2])}
-        elif m := re.match(
-            r"LnkSta:\s+Speed ([\d.]+)GT/s( \(downgraded\))?, Width x(\d+)( \(downgraded\))?", s
-        ):
-            cur["lnksta"] = {"speed_gts": float(m[1]), "width": int(m[3]), "downgraded": bool(m[2] or m[4])}
-        elif m := re.match(r"(ACSCap|ACSCtl):\s+(.*)$", s):
-            bits = {t[:-1]: t.endswith("+") for t in m[2].split()}
-            cur["acs_cap" if m[1] == "ACSCap" else "acs_ctl"] = {k: bits.get(k, False) for k in _ACS_KEYS}
-    if not devices:
-        raise ParseError(
-            "lspci", "lspci -D -vvv output (device lines such as '0000:00:00.0 Host bridge: ...')"
-        )
-    return {"devices": devices}
-
-
-def _standin_parents(devices: list) -> dict:
-    out = {}
-    for d in devices:
-        dom, bus = d["bdf"][:4], int(d["bdf"][5:7], 16)
-        up = [b for b in devices if b["bus"] and b["bdf"][:4] == dom and b["bus"]["secondary"] == bus]
-        out[d["bdf"]] = up[0]["bdf"] if up else None
-    return out
-
-
-def _standin_path_between(devices: list, a: str, b: str) -> list:
-    par = _standin_parents(devices)
-    if a not in par or b not in par:
-        raise KeyError(a if a not in par else b)
-
-    def chain(x):
-        out = []
-        while par.get(x):
-            x = par[x]
-            out.append(x)
-        return out
-
-    ca, cb = chain(a), chain(b)
-    common = next((x for x in ca if x in cb), None)
-    if common is None:
-        raise ValueError(f"{a} and {b} have no common bridge")
-    return ca[: ca.index(common) + 1] + list(reversed(cb[: cb.index(common)]))
-
-
-@pytest.fixture(autouse=True)
-def lspci(monkeypatch):
-    """The real parser once it is merged (branch pcie-lab), else the stand-in above."""
-    try:
-        return importlib.import_module("fabricops.parsers.lspci")
-    except ImportError:
-        pass
-    mod = types.ModuleType("fabricops.parsers.lspci")
-    mod.parse, mod.parents, mod.path_between = _standin_parse, _standin_parents, _standin_path_between
-    monkeypatch.setitem(sys.modules, "fabricops.parsers.lspci", mod)
-    return mod
-
 
 # --- host outputs -------------------------------------------------------------------------------
 
