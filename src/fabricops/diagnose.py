@@ -379,7 +379,7 @@ def _pcie_devices(raw: Raw) -> tuple[dict[str, str], dict[str, str]]:
 def _pcie_findings(host: str, raw: Raw) -> list[Finding]:
     """Downtrained PCIe links, ACS redirect between a GPU and its NIC, translated IOMMU groups, and no
     GPUDirect mechanism (docs/troubleshooting.md, "The GPU path")."""
-    from fabricops.monitor.collector import acs_paths, parse_lspci_acs
+    from fabricops.parsers import lspci as lspci_parser
     from fabricops.services import lsmod_modules
     from fabricops.verify import pcie
 
@@ -413,14 +413,33 @@ def _pcie_findings(host: str, raw: Raw) -> list[Finding]:
         ))
     text = _ok(raw, "lspci")
     if text and gpus and hcas:
+        # the controller's lspci parser and verify's redirect rule (pcie.acs_redirect_bits): diagnose
+        # and verify pcie_acs judge ACS alike
         try:
-            paths = acs_paths(parse_lspci_acs(text), gpus, hcas)
-        except SourceError:
-            paths = []
+            devices = lspci_parser.parse(text)["devices"]
+        except ParseError:
+            devices = []
+        by_bdf = {d["bdf"]: d for d in devices}
+        parent = lspci_parser.parents(devices) if devices else {}
+
+        def upstream(addr: str) -> list[str]:
+            chain = []
+            while parent.get(addr):
+                addr = parent[addr]
+                chain.append(addr)
+            return chain
+
         bad: dict[str, list[str]] = {}
-        for p in paths:
-            if p["redirect"]:
-                bad.setdefault(p["bridge"], []).append(f"{p['gpu']}-{p['hca']}")
+        for g, ga in sorted(gpus.items()):
+            for h, ha in sorted(hcas.items()):
+                if ga not in by_bdf or ha not in by_bdf:
+                    continue
+                up_h = upstream(ha)
+                if not any(b in up_h for b in upstream(ga)):
+                    continue  # they meet only at the host bridge (PHB/NODE/SYS): no P2P path
+                for bridge in lspci_parser.path_between(devices, ga, ha):
+                    if pcie.acs_redirect_bits(by_bdf[bridge].get("acs_ctl")):
+                        bad.setdefault(bridge, []).append(f"{g}-{h}")
         for bridge, pairs in sorted(bad.items()):
             out.append(_finding(
                 host, "acs_redirect", f"{SYMPTOM_HANG}; {SYMPTOM_SLOW}",

@@ -94,10 +94,11 @@ _SPEED = re.compile(r"^\s*([\d.]+)\s*GT/s")
 
 
 def bdf(value: str) -> str:
-    """``00000000:18:00.0`` (nvidia-smi) or ``0000:18:00.0`` -> ``0000:18:00.0`` (lower case)."""
-    v = value.strip().lower()
-    dom, _, rest = v.partition(":")
-    return f"{int(dom, 16):04x}:{rest}" if rest and len(dom) >= 4 else v
+    """``00000000:18:00.0`` (nvidia-smi) or ``0000:18:00.0`` -> ``0000:18:00.0`` (lower case): the
+    collector's normalisation, so the controller and the hosts name a device alike."""
+    from fabricops.monitor.collector import pci_address
+
+    return pci_address(value)
 
 
 def parse_speed(text: str) -> float | None:
