@@ -31,7 +31,7 @@ NEWER = {"MT4129": "28.43.1014"}
 def _newer(version: str, hca_type: str) -> str:
     if hca_type in NEWER:
         return NEWER[hca_type]
-    major, minor, sub = (int(x) for x in version.split("."))
+    major, minor, _sub = (int(x) for x in version.split("."))
     return f"{major}.{minor + 4}.1014"
 
 
@@ -55,7 +55,8 @@ def lab_devices(topo: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for hca in hw["hcas"]:
             seen.setdefault(hca["psid"], Counter())[hca["fw_ver"]] += 1
             types[hca["psid"]] = hca["hca_type"]
-    return {psid: {"hca_type": types[psid], "version": c.most_common(1)[0][0]} for psid, c in sorted(seen.items())}
+    return {psid: {"hca_type": types[psid], "version": c.most_common(1)[0][0]}
+            for psid, c in sorted(seen.items())}
 
 
 def catalog(topo: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

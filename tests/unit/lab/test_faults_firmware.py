@@ -60,7 +60,8 @@ def test_setting_drift_changes_next_and_current(lab):
     faults.inject(host, "fw-setting-drift", ["mlx5_0", "ATS_ENABLED", "1"], lab=lab_)
     rc, out = tool(firmware.mlxconfig, "-d", hca0(lab_, host)["pci"], "-e", "q", "ATS_ENABLED")
     row = cfgp.parse_query(out)["configs"]["ATS_ENABLED"]
-    assert rc == 0 and row == {"default": "False(0)", "current": "True(1)", "next": "True(1)", "modified": True}
+    assert rc == 0
+    assert row == {"default": "False(0)", "current": "True(1)", "next": "True(1)", "modified": True}
     faults.clear(host, lab=lab_)
     rc, out = tool(firmware.mlxconfig, "-d", hca0(lab_, host)["pci"], "-e", "q", "ATS_ENABLED")
     assert cfgp.parse_query(out)["configs"]["ATS_ENABLED"]["current"] == "False(0)"
@@ -69,7 +70,7 @@ def test_setting_drift_changes_next_and_current(lab):
 def test_reset_required_changes_next_only(lab):
     lab_, host, _ = lab
     faults.inject(host, "reset-required", ["mlx5_0", "LINK_TYPE_P1", "ETH"], lab=lab_)
-    rc, out = tool(firmware.mlxconfig, "-d", "mlx5_0", "-e", "q", "LINK_TYPE_P1")
+    _rc, out = tool(firmware.mlxconfig, "-d", "mlx5_0", "-e", "q", "LINK_TYPE_P1")
     row = cfgp.parse_query(out)["configs"]["LINK_TYPE_P1"]
     assert row["next"] == "ETH(2)" and row["current"] != "ETH(2)" and row["modified"] is True
 
@@ -79,10 +80,11 @@ def test_version_mismatch_is_burned_and_running_and_resyncs(lab):
     rec = faults.inject(host, "fw-version-mismatch", ["mlx5_0", "28.36.1010"], lab=lab_)
     assert rec["resync"] is True and resyncs == [host]
     rc, out = tool(firmware.mlxfwmanager, "--query", "-d", "mlx5_0")
+    assert rc == 0
     r = mgrp.parse_query(out)[0]
     assert mgrp.fw_burned(r) == mgrp.fw_running(r) == "28.36.1010"
     faults.clear(host, lab=lab_)
-    rc, out = tool(firmware.mlxfwmanager, "--query", "-d", "mlx5_0")
+    _rc, out = tool(firmware.mlxfwmanager, "--query", "-d", "mlx5_0")
     assert mgrp.fw_running(mgrp.parse_query(out)[0]) == hca0(lab_, host)["fw_ver"]
 
 
