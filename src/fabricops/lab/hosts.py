@@ -264,7 +264,21 @@ def prepare_host(
     for fname, text in interfaces_files(host).items():
         _write(etc / "network/interfaces.d" / fname, text)
     have_hwctl = install_emulated_software(root)
+    install_kernel_files(root, str(hw.get("kernel") or hardware.kernel_release()), hw_dir)
     return {"hardware": hw, "hwctl": have_hwctl}
+
+
+def install_kernel_files(root: Path, kernel: str, hw_dir: Path) -> None:
+    """SPEC-20 C: the running kernel installed with its headers (/boot/vmlinuz-K, /lib/modules/K,
+    build -> /usr/src/linux-headers-K), shim's mokutil (emulated, state in hw/secureboot.json), and a
+    MOK enrollment queued before this boot completed (MokManager): docs/lab-ofed.md, "DOCA-Host
+    mirror, DKMS and Secure Boot"."""
+    from fabricops.lab.emul import kernels, mokutil
+
+    kernels.install(root, kernel, headers=True)
+    wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "mokutil").replace("@VENDOR@", "mokutil package")
+    _write(root / "usr/bin/mokutil", wrapper, 0o755)
+    mokutil.boot(hw_dir / "secureboot.json")
 
 
 # --- boot / stop ----------------------------------------------------------------------------

@@ -159,6 +159,24 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
         # The lab mirror's description (every version it serves, for the upgrade tests); no playbook
         # or role reads it. lab.json stores keys sorted: sorted here too, so a rewrite is byte-identical.
         data["fabricops_ofed"] = json.loads(json.dumps(ofed_facts, sort_keys=True))
+    if lab.get("doca"):
+        data.update(doca_role_vars(lab["doca"]))
+    return data
+
+
+def doca_role_vars(doca: dict[str, Any]) -> dict[str, Any]:
+    """The DOCA-Host mirror (doca_repo.prepare) as the mlnx_ofed role's doca variables, for the newer
+    release; the install method stays the tarball (mlnx_ofed_install_method above). ``fabricops_doca``
+    describes both releases (no role reads it)."""
+    data: dict[str, Any] = {}
+    version = doca.get("default_version")
+    build = (doca.get("versions") or {}).get(version)
+    if build:
+        data["mlnx_ofed_doca_version"] = version
+        data["mlnx_ofed_doca_repo_url"] = build["repo_url"]
+        data["mlnx_ofed_doca_repo_key_url"] = doca["repo_key_url"]
+        data["mlnx_ofed_doca_repo_key_sha256"] = doca["repo_key_sha256"]
+    data["fabricops_doca"] = json.loads(json.dumps(doca, sort_keys=True))
     return data
 
 

@@ -90,7 +90,7 @@ _MFT = {"23.10": "4.26.1-3", "24.10": "4.30.0-139"}
 #: pciutils owns /usr/bin/lspci: dpkg refuses a package that overwrites it), nccl-tests and Open MPI
 #: (hosts.install_nccl puts them where a site's build does).
 NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm|lldp|lspci$|mpirun$|nccl-|all_reduce_perf$|all_gather_perf$"
-                      r"|reduce_scatter_perf$)")
+                      r"|reduce_scatter_perf$|dkms$|mokutil$)")
 
 #: Install order (mlnxofedinstall lists and installs in this order; the meta package last).
 PACKAGE_ORDER = (
@@ -214,6 +214,9 @@ def packages(version: str, kernel: str) -> list[Deb]:
     ofed_scripts = bins("ofed-scripts") | {
         "usr/share/emulated-ofed/release": (f"MLNX_OFED_LINUX-{version}\n".encode(), 0o644),
         "usr/share/emulated-ofed/packages": (listing, 0o644),
+        # the installed uninstaller (real MLNX_OFED: ofed-scripts' /usr/sbin/ofed_uninstall.sh), what an
+        # MLNX_OFED -> DOCA-Host migration runs first (docs/lab-ofed.md, DOCA-Host mirror)
+        "usr/sbin/ofed_uninstall.sh": (_template("uninstall.sh"), 0o755),
     }
     utils = bins("mlnx-ofed-kernel-utils") | {
         "lib/systemd/system/openibd.service": (_template("openibd.service"), 0o644),

@@ -257,6 +257,12 @@ def _start_services(lab: dict[str, Any]) -> None:
         if firmware_images is not None:
             lab["nic_firmware"] = firmware_images.prepare(lab)
             paths.save_lab(lab)
+        # DOCA-Host repositories (doca/<ver>/debian12/<arch>/), same server, also after
+        # ofed_repo.prepare (docs/lab-ofed.md, "DOCA-Host mirror, DKMS and Secure Boot")
+        doca_repo = _service("doca_repo")
+        if doca_repo is not None:
+            lab["doca"] = doca_repo.prepare(lab)
+            paths.save_lab(lab)
 
 
 def write_inventory(lab: dict[str, Any], inv_dir: Path) -> bool:

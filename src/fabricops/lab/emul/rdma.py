@@ -114,6 +114,17 @@ def ofed_info(argv: list[str]) -> int:
     if not release:
         _err("ofed_info: command not found")
         return 127
+    if release.startswith("OFED-internal-"):  # DOCA-OFED (docs/lab-ofed.md, DOCA-Host mirror)
+        number = release[len("OFED-internal-"):]
+        if "-n" in argv:
+            _out(number)
+        elif "-s" in argv:
+            _out(f"{release}:")
+        else:
+            _out(f"{release}:")
+            _out()
+            _out()
+        return 0
     number = release.split("-", 1)[1] if "-" in release else release
     try:
         major = int(number.split(".")[0])
@@ -948,6 +959,12 @@ def openibd(argv: list[str]) -> int:
     if action in ("start", "restart", "force-restart"):
         if flag.exists():
             flag.unlink()
+        from . import dkms  # a DKMS stack whose modules cannot load for uname -r (emul/dkms.py)
+        why = dkms.stack_refusal()
+        if why:
+            _err(why)
+            _out(f"{'Loading HCA driver and Access Layer:':<59}[FAILED]")
+            return 1
         devstate.reset_qos()
         hwctl.reset_knobs()
         _resync()

@@ -520,7 +520,10 @@ DRIVER_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset")
 
 
 def _rdma_loaded() -> bool:
-    return devstate.ofed_release() is not None and not devstate.path(DRIVER_STOPPED).exists()
+    if devstate.ofed_release() is None or devstate.path(DRIVER_STOPPED).exists():
+        return False
+    from . import dkms  # a DKMS stack loads only with its modules built (and trusted) for uname -r
+    return dkms.stack_refusal() is None
 
 
 def _extra_loaded() -> list[str]:
@@ -590,6 +593,11 @@ def modprobe(argv: list[str]) -> int:
         return 0
     if name in loaded:
         return 0
+    from . import dkms  # DKMS stack: the .ko for uname -r, and Secure Boot (emul/dkms.py refusal)
+    why = dkms.refusal(name)
+    if why:
+        _err(why)
+        return 1
     missing = [d for d in EMULATED_MODULES[name][1] if d not in loaded]
     if missing:
         _err(f"modprobe: ERROR: could not insert '{name}': Invalid argument")
@@ -644,6 +652,10 @@ def _modinfo_fields(name: str, hw: dict[str, Any]) -> dict[str, str] | None:
                 "description": "NVIDIA GPU driver" if name == "nvidia" else name,
                 "depends": ",".join(EMULATED_MODULES[name][1])}
     if name in RDMA_STACK:
+        from . import dkms
+        via_dkms = dkms.modinfo_fields(name)
+        if via_dkms is not False:
+            return via_dkms or None
         if devstate.ofed_release() is None:
             return None
         return {"filename": f"/lib/modules/{kernel}/updates/dkms/{name}.ko", "license": "Dual BSD/GPL",

@@ -55,6 +55,10 @@ TOOLS: dict[str, str] = {
     "reduce_scatter_perf": "nccl:reduce_scatter_perf",
     "mpirun": "nccl:mpirun",
     "nccl-rank-info": "nccl:nccl_rank_info",
+    # DKMS (Debian's dkms package, carried by the DOCA-Host mirror) and shim's mokutil (in every
+    # host, as on a Secure Boot capable Debian): docs/lab-ofed.md, "DOCA-Host mirror, DKMS and Secure Boot"
+    "dkms": "dkms:main",
+    "mokutil": "mokutil:main",
 }
 
 
