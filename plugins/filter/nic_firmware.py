@@ -127,8 +127,9 @@ def nic_firmware_state(devices, config_results=None, fw_plan=None):
     for dev in _plain(devices or []):
         res = results.get(dev["name"]) or {}
         fwp = by_card.get(card(dev.get("pci"))) or {}
-        # keys whose next-boot value was not the declared one (set by this run, or would be in check mode)
-        drift = sorted(k for k in (dev.get("declared") or {}) if k in _changed_keys(res))
+        # declared keys whose next-boot value is not the declared one (to set, or hidden until a reset)
+        drift = sorted(k for k in (dev.get("declared") or {})
+                       if k in _changed_keys(res) or k in (res.get("deferred") or []))
         pending = list(res.get("reset_pending") or [])
         if fwp.get("action") == "reset":
             pending.append("FW")
