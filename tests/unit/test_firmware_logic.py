@@ -204,3 +204,62 @@ def test_reset_plan_with_consent():
     assert fw.reset_plan([DEV], True, "reboot", False)["action"] == "refuse"
     with pytest.raises(FirmwareInputError):
         fw.reset_plan([DEV], True, "powercycle")
+
+
+# -- the role's filters (plugins/filter/nic_firmware.py) on real captures --------------------------
+
+def _filters():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "filter" / "nic_firmware.py"
+    spec = importlib.util.spec_from_file_location("nic_firmware_filters", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FilterModule().filters()
+
+
+FILTERS = _filters()
+
+
+def test_filter_bdf_from_link_or_uevent():
+    bdf = FILTERS["nic_firmware_bdf"]
+    assert bdf("/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0") == "0000:41:00.0"
+    assert bdf("", "DRIVER=mlx5_core\nPCI_SLOT_NAME=0000:41:00.1\n") == "0000:41:00.1"
+    assert bdf("/sys/devices/virtual/x", "") == "" and bdf("", "PCI_SLOT_NAME=../x") == ""
+
+
+def test_filter_fw_plan_on_a_burned_but_not_running_capture():
+    from captures import read_fixture
+
+    text = read_fixture("mlxfwmanager", "cx7_mlxup_burned_not_running.txt")
+    plan = FILTERS["nic_firmware_fw_plan"](text, {"MT_0000000838": "28.47.1026"}, {}, ["0000:8e:00.1"])
+    assert plan == [{"pci": "0000:8e:00.0", "psid": "MT_0000000838", "running": "28.46.3048",
+                     "burned": "28.47.1026", "pinned": "28.47.1026", "action": "reset"}]
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="does not list 0000:41:00.0"):
+        FILTERS["nic_firmware_fw_plan"](text, {}, {}, ["0000:41:00.0"])
+
+
+def test_filter_reset_plan_reads_the_levels_capture_and_fails_closed():
+    from captures import read_fixture
+
+    text = read_fixture("mlxfwreset", "bf3_dpu_query.txt")
+    card = "0000:8e:00.0"
+    levels = [{"ansible_loop_var": "c", "c": card, "rc": 0, "stdout": text}]
+    plan = FILTERS["nic_firmware_reset_plan"](["0000:8e:00.1"], "true", "mlxfwreset", False, levels)
+    assert plan["action"] == "mlxfwreset" and plan["level"] == 3
+    failed = [{"ansible_loop_var": "c", "c": card, "rc": 1, "stdout": ""}]
+    assert FILTERS["nic_firmware_reset_plan"]([card], True, "mlxfwreset", False, failed)["action"] == "refuse"
+
+
+def test_filter_state_names_drift_and_pending():
+    devices = [{"name": "mlx5_0", "pci": "0000:41:00.0", "declared": {"ATS_ENABLED": "0", "MAX_ACC_OUT_READ": "0"}}]
+    results = [{"ansible_loop_var": "d", "d": devices[0], "device": "0000:41:00.0", "deferred": ["MAX_ACC_OUT_READ"],
+                "commands": ["mlxconfig -d 0000:41:00.0 -y set ATS_ENABLED=0"], "reset_pending": ["ATS_ENABLED"]}]
+    fwp = [{"pci": "0000:41:00.0", "psid": PSID, "running": OLD, "burned": PIN, "pinned": PIN, "action": "reset"}]
+    state = FILTERS["nic_firmware_state"](devices, results, fwp)["mlx5_0"]
+    assert state["config_drift"] == ["ATS_ENABLED", "MAX_ACC_OUT_READ"]
+    assert state["reset_pending"] == ["ATS_ENABLED", "FW"]
+    assert (state["fw_running"], state["fw_burned"], state["fw_pinned"]) == (OLD, PIN, PIN)
