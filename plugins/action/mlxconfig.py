@@ -100,7 +100,8 @@ class ActionModule(ActionBase):
             stdout = applied.get("stdout", "")
             rows = after.get("configs") or {}
             next_after = {k: rows[k]["next"] for k in want if k in rows and "next" in rows[k]}
-            wrong = [k for k in plan["set"] if k not in next_after or not firmware.same(next_after[k], want[k])]
+            wrong = [k for k in plan["set"]
+                     if k not in next_after or not firmware.same(next_after[k], want[k])]
             if wrong:
                 result.update(
                     failed=True, changed=True, commands=commands, stdout=stdout, next_boot=next_after,

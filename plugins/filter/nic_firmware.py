@@ -97,7 +97,8 @@ def nic_firmware_reset_plan(pending, allow_reset=False, method="mlxfwreset", all
         if res.get("skipped") or res.get("rc", 1) != 0:
             continue  # no evidence: the level counts as unsupported (fail closed)
         try:
-            parsed[str(res.get(res.get("ansible_loop_var") or "item"))] = _mlxfwreset.parse_query(str(res.get("stdout") or ""))
+            device = str(res.get(res.get("ansible_loop_var") or "item"))
+            parsed[device] = _mlxfwreset.parse_query(str(res.get("stdout") or ""))
         except FabricopsError:
             continue
     try:
@@ -113,7 +114,8 @@ def nic_firmware_reset_plan(pending, allow_reset=False, method="mlxfwreset", all
 
 
 def nic_firmware_state(devices, config_results=None, fw_plan=None):
-    """D1's nic_firmware_state: device -> pci, psid, fw_running, fw_burned, fw_pinned, config_drift, reset_pending.
+    """D1's nic_firmware_state: device -> pci, psid, fw_running, fw_burned, fw_pinned, fw_action,
+    config_drift, reset_pending.
 
     ``devices``: [{name, pci, declared}]; ``config_results``: the registered mlxconfig loop (item =
     device entry); ``fw_plan``: nic_firmware_fw_plan's list.

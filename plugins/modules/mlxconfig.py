@@ -58,7 +58,8 @@ attributes:
   check_mode:
     support: full
     details:
-      - Only the read (C(mlxconfig -d DEVICE -e q)) runs; RV(commands), RV(next_boot) and the diff are predicted.
+      - Only the read (C(mlxconfig -d DEVICE -e q)) runs; RV(commands), RV(next_boot) and the diff
+        are predicted.
   diff_mode:
     support: full
     details: The declared keys' next-boot values before and after.
@@ -91,7 +92,8 @@ commands:
   elements: str
   sample: ["mlxconfig -d 0000:41:00.0 -y set ATS_ENABLED=0"]
 next_boot:
-  description: The declared keys' next-boot values after (read back; predicted in check mode), as mlxconfig prints them.
+  description:
+    - The declared keys' next-boot values after (read back; predicted in check mode), as printed.
   returned: always
   type: dict
   sample: {"ATS_ENABLED": "False(0)"}
@@ -100,7 +102,8 @@ current:
   returned: always
   type: dict
 reset_pending:
-  description: Declared keys whose current value is not the declared one (they take effect after a firmware reset).
+  description:
+    - Declared keys whose current value is not the declared one (they take effect after a firmware reset).
   returned: always
   type: list
   elements: str
@@ -124,7 +127,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 # The same allow-lists as fabricops.firmware (this module runs on the host, without the package).
 BDF = re.compile(r"(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
-SETTING = re.compile(r"[A-Z][A-Z0-9_]{0,63}(\[[0-9]{1,3}\])?=([0-9]{1,10}|0[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9_]{0,31})")
+SETTING = re.compile(
+    r"[A-Z][A-Z0-9_]{0,63}(\[[0-9]{1,3}\])?=([0-9]{1,10}|0[xX][0-9a-fA-F]{1,8}|[A-Za-z][A-Za-z0-9_]{0,31})"
+)
 
 
 def _last(out, err):

@@ -62,7 +62,8 @@ def preset(name: str) -> dict[str, str]:
     found = _presets()["presets"].get(name)
     if found is None:
         raise FirmwareInputError(
-            f"nic_firmware_presets names {name!r}, which is not a preset (known: {', '.join(preset_names())})."
+            f"nic_firmware_presets names {name!r}, which is not a preset "
+            f"(known: {', '.join(preset_names())})."
         )
     return {str(k): str(v) for k, v in found["config"].items()}
 
@@ -101,7 +102,9 @@ def check_config(where: str, config: Any) -> dict[str, str]:
     if config is None:
         return {}
     if not isinstance(config, Mapping):
-        raise FirmwareInputError(f"{where} must be a mapping of mlxconfig KEY: value, not {type(config).__name__}.")
+        raise FirmwareInputError(
+            f"{where} must be a mapping of mlxconfig KEY: value, not {type(config).__name__}."
+        )
     return {check_key(where, k): check_value(f"{where}.{k}", v) for k, v in config.items()}
 
 
@@ -284,7 +287,8 @@ def reset_plan(devices_pending: Iterable[str], allow_reset: bool = False, method
     if method not in RESET_METHODS:
         raise FirmwareInputError(f"nic_firmware_reset_method is {method!r}; use mlxfwreset or reboot.")
     if not devices:
-        return {"action": "none", "message": "no firmware or firmware setting waits for a reset", "level": None}
+        return {"action": "none", "level": None,
+                "message": "no firmware or firmware setting waits for a reset"}
     names = ", ".join(devices)
     if not allow_reset:
         return {

@@ -363,7 +363,8 @@ ROLE_VARS: dict[str, Validator] = {
                                        "an NCCL net plugin suffix or library name (none, a .so)",
                                        empty=True),
     # nic_firmware (the mlxconfig keys and values: fabricops.firmware's allow-list)
-    "nic_firmware_presets": list_of(pattern(re.compile(r"[a-z][a-z0-9_]{0,31}"), "a preset name like gpudirect")),
+    "nic_firmware_presets": list_of(pattern(re.compile(r"[a-z][a-z0-9_]{0,31}"),
+                                            "a preset name like gpudirect")),
     "nic_firmware_config": _mlx_config,
     "nic_firmware_device_config": dict_of(pattern(_HCA, "an HCA name like mlx5_0"), _mlx_config),
     "nic_firmware_devices": list_of(pattern(_HCA, "an HCA name like mlx5_0")),

@@ -94,7 +94,8 @@ def test_same_compares_numbers_then_names():
 
 
 def test_config_plan_sets_only_what_differs_at_next_boot():
-    q = query({"ATS_ENABLED": ("True(1)", "True(1)"), "CNP_DSCP_P1": ("4", "4"), "LINK_TYPE_P1": ("IB(1)", "IB(1)")})
+    q = query({"ATS_ENABLED": ("True(1)", "True(1)"), "CNP_DSCP_P1": ("4", "4"),
+               "LINK_TYPE_P1": ("IB(1)", "IB(1)")})
     plan = fw.config_plan({"ATS_ENABLED": "0", "CNP_DSCP_P1": "4", "LINK_TYPE_P1": "IB"}, q)
     assert plan["set"] == {"ATS_ENABLED": "0"}
     assert plan["reset_pending"] == ["ATS_ENABLED"]  # after set, next holds it but current does not
@@ -119,7 +120,8 @@ def test_config_plan_refuses_unknown_keys_and_defers_hidden_pci_keys():
     q = query({"ADVANCED_PCI_SETTINGS": ("False(0)", "False(0)")})
     plan = fw.config_plan({"ADVANCED_PCI_SETTINGS": "1", "MAX_ACC_OUT_READ": "0"}, q)
     assert plan["unknown"] == [] and plan["deferred"] == ["MAX_ACC_OUT_READ"]
-    assert plan["set"] == {"ADVANCED_PCI_SETTINGS": "1"} and plan["reset_pending"] == ["ADVANCED_PCI_SETTINGS"]
+    assert plan["set"] == {"ADVANCED_PCI_SETTINGS": "1"}
+    assert plan["reset_pending"] == ["ADVANCED_PCI_SETTINGS"]
     # once ADVANCED_PCI_SETTINGS is current, a key still missing is unknown (refused)
     q = query({"ADVANCED_PCI_SETTINGS": ("True(1)", "True(1)")})
     plan = fw.config_plan({"ADVANCED_PCI_SETTINGS": "1", "MAX_ACC_OUT_READ": "0"}, q)
@@ -238,7 +240,7 @@ def test_filter_fw_plan_on_a_burned_but_not_running_capture():
                      "burned": "28.47.1026", "pinned": "28.47.1026", "action": "reset"}]
     from ansible.errors import AnsibleFilterError
 
-    with pytest.raises(AnsibleFilterError, match="does not list 0000:41:00.0"):
+    with pytest.raises(AnsibleFilterError, match=r"does not list 0000:41:00\.0"):
         FILTERS["nic_firmware_fw_plan"](text, {}, {}, ["0000:41:00.0"])
 
 
@@ -255,10 +257,13 @@ def test_filter_reset_plan_reads_the_levels_capture_and_fails_closed():
 
 
 def test_filter_state_names_drift_and_pending():
-    devices = [{"name": "mlx5_0", "pci": "0000:41:00.0", "declared": {"ATS_ENABLED": "0", "MAX_ACC_OUT_READ": "0"}}]
-    results = [{"ansible_loop_var": "d", "d": devices[0], "device": "0000:41:00.0", "deferred": ["MAX_ACC_OUT_READ"],
-                "commands": ["mlxconfig -d 0000:41:00.0 -y set ATS_ENABLED=0"], "reset_pending": ["ATS_ENABLED"]}]
-    fwp = [{"pci": "0000:41:00.0", "psid": PSID, "running": OLD, "burned": PIN, "pinned": PIN, "action": "reset"}]
+    declared = {"ATS_ENABLED": "0", "MAX_ACC_OUT_READ": "0"}
+    devices = [{"name": "mlx5_0", "pci": "0000:41:00.0", "declared": declared}]
+    results = [{"ansible_loop_var": "d", "d": devices[0], "device": "0000:41:00.0",
+                "deferred": ["MAX_ACC_OUT_READ"], "reset_pending": ["ATS_ENABLED"],
+                "commands": ["mlxconfig -d 0000:41:00.0 -y set ATS_ENABLED=0"]}]
+    fwp = [{"pci": "0000:41:00.0", "psid": PSID, "running": OLD, "burned": PIN, "pinned": PIN,
+            "action": "reset"}]
     state = FILTERS["nic_firmware_state"](devices, results, fwp)["mlx5_0"]
     assert state["config_drift"] == ["ATS_ENABLED", "MAX_ACC_OUT_READ"]
     assert state["reset_pending"] == ["ATS_ENABLED", "FW"]

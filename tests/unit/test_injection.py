@@ -130,8 +130,10 @@ SITES: dict[str, dict[str, Any]] = {
     "nic_firmware_devices": {"element": _list("mlx5_0")},
     "nic_firmware_versions": {"key": _key("MT_0000000838", "28.43.1014"),
                               "value": _val("MT_0000000838", "28.43.1014")},
-    "nic_firmware_images": {"url": lambda v: {"MT_0000000838": {"url": "http://m/fw.bin" + v, "sha256": "f" * 64}},
-                            "sha256": lambda v: {"MT_0000000838": {"url": "http://m/fw.bin", "sha256": "f" * 64 + v}}},
+    "nic_firmware_images": {
+        "url": lambda v: {"MT_0000000838": {"url": "http://m/fw.bin" + v, "sha256": "f" * 64}},
+        "sha256": lambda v: {"MT_0000000838": {"url": "http://m/fw.bin", "sha256": "f" * 64 + v}},
+    },
     "nic_firmware_reset_method": {"str": _s("mlxfwreset")},
     "nic_firmware_work_dir": {"str": _s("/var/cache/fabricops/firmware")},
     "nccl_profile_name": {"str": _s("ib")},

@@ -21,9 +21,8 @@ BDF = "0000:41:00.0"
 class Nic:
     """NVCONFIG of one device: default, current (running) and next-boot values as mlxconfig prints them."""
 
-    NAMES = {"ATS_ENABLED": ("False", "True"), "ADVANCED_PCI_SETTINGS": ("False", "True")}
-
     def __init__(self):
+        self.names = {"ATS_ENABLED": ("False", "True"), "ADVANCED_PCI_SETTINGS": ("False", "True")}
         self.default = {"ATS_ENABLED": "0", "ADVANCED_PCI_SETTINGS": "0", "CNP_DSCP_P1": "48",
                         "LINK_TYPE_P1": "1"}
         self.current = dict(self.default)
@@ -31,17 +30,18 @@ class Nic:
         self.ran = []
 
     def show(self, key, value):
-        if key in self.NAMES:
-            return f"{self.NAMES[key][int(value)]}({value})"
+        if key in self.names:
+            return f"{self.names[key][int(value)]}({value})"
         if key.startswith("LINK_TYPE"):
             return {"1": "IB(1)", "2": "ETH(2)"}[value]
         return value
 
     def query(self):
         lines = ["", "Device #1:", "----------", "", "Device type:        ConnectX7",
-                 "Name:               MCX75310AAS-NEA_Ax", "Description:        NVIDIA ConnectX-7 HHHL adapter",
+                 "Name:               MCX75310AAS-NEA_Ax",
+                 "Description:        NVIDIA ConnectX-7 HHHL adapter",
                  f"Device:             {BDF}", "",
-                 "Configurations:                                          Default             Current             Next Boot"]
+                 "Configurations:" + " " * 42 + "Default" + " " * 13 + "Current" + " " * 13 + "Next Boot"]
         for key in sorted(self.default):
             vals = [self.show(key, d[key]) for d in (self.default, self.current, self.next)]
             mark = "*" if vals[2] != vals[0] or vals[2] != vals[1] else " "
@@ -57,7 +57,8 @@ class Nic:
         for s in settings:
             key, _, value = s.partition("=")
             self.next[key] = {"TRUE": "1", "FALSE": "0"}.get(value.upper(), value)
-        return 0, "Apply new Configuration? (y/n) [n] : y\nApplying... Done!\n-I- Please reboot machine to load new configurations.\n"
+        return 0, ("Apply new Configuration? (y/n) [n] : y\nApplying... Done!\n"
+                   "-I- Please reboot machine to load new configurations.\n")
 
     def reset(self):
         self.current = dict(self.next)
@@ -136,7 +137,8 @@ def test_drift_after_converge_is_found(nic):
 
 def test_unknown_key_is_refused_before_anything_is_set(nic):
     result, calls = act(nic, {"ATS_ENABLED": 1, "NO_SUCH_PARAM": 1})
-    assert result["failed"] is True and "NO_SUCH_PARAM" in result["msg"] and "nothing was set" in result["msg"]
+    assert result["failed"] is True and "NO_SUCH_PARAM" in result["msg"]
+    assert "nothing was set" in result["msg"]
     assert nic.ran == [] and len(calls) == 1
 
 
