@@ -246,3 +246,24 @@ def test_power_cycle_dir_applies_next_and_burned(root, tmp_path):
     assert firmware.power_cycle_dir(root / devstate.FIRMWARE_DIR) == 1
     state = firmware.load_state(h)
     assert state["running"] == "28.43.1014" and state["current"]["ATS_ENABLED"] == 1
+
+
+def test_reset_through_one_function_resets_every_function_of_the_card(root):
+    """A dual-port card is one adapter: mlxfwreset on its .0 function reloads the firmware for .1
+    too (the nic_firmware role resets each card once, through its first function)."""
+    fns = [h for h in devstate.hcas() if h["pci"].endswith(".1")]
+    assert fns, "the default topology has a dual-port card"
+    second = fns[0]
+    first = second["pci"][:-1] + "0"
+    for dev in (first, second["pci"]):
+        rc, out = run(firmware.mlxconfig, "-d", dev, "-y", "set", "ADVANCED_PCI_SETTINGS=1")
+        assert rc == 0, out
+    rc, out = run(firmware.mlxfwreset, "-d", first, "reset", "-y")
+    assert rc == 0, out
+    for dev in (first, second["pci"]):
+        assert query(dev=dev)["configs"]["ADVANCED_PCI_SETTINGS"]["current"] == "True(1)"
+    # a single-function card's reset touches no other card
+    other = next(h for h in devstate.hcas() if h["pci"].rsplit(".", 1)[0] != first.rsplit(".", 1)[0])
+    rc, out = run(firmware.mlxconfig, "-d", other["pci"], "-y", "set", "ADVANCED_PCI_SETTINGS=1")
+    rc, out = run(firmware.mlxfwreset, "-d", first, "reset", "-y")
+    assert query(dev=other["pci"])["configs"]["ADVANCED_PCI_SETTINGS"]["current"] == "False(0)"

@@ -240,6 +240,12 @@ def power_cycle_dir(firmware_dir) -> int:
 
 # --- devices --------------------------------------------------------------------------------------
 
+def card_functions(hca: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every HCA on the same adapter as HCA: the PCI functions of one domain:bus:device."""
+    card = str(hca.get("pci", "")).rsplit(".", 1)[0]
+    return [h for h in devstate.hcas() if str(h.get("pci", "")).rsplit(".", 1)[0] == card] or [hca]
+
+
 def _short_bdf(bdf: str) -> str:
     return bdf.split(":", 1)[1] if bdf.startswith("0000:") else bdf
 
@@ -599,12 +605,16 @@ def _mlxfwreset(argv: list[str]) -> int:
     for step in ("Sending Reset Command To Fw", "Stopping Driver", "Resetting PCI", "Starting Driver"):
         _out(f"-I- {step:<40}-Done")
     _out(f"-I- {'Restarting MST':<40}-Skipped")
-    state = power_cycle(load_state(hca))
-    save_state(hca, state)
-    # the driver restarted: the running firmware shows in sysfs, volatile QoS is back at defaults
-    rel = f"class/infiniband/{hca['name']}/fw_ver"
-    if devstate.sysfs(rel).exists():
-        devstate.write_sysfs(rel, state["running"])
+    # The reset is the card's, not the function's: the firmware reloads once for every PCI function
+    # of the adapter (a dual-port card's .0 and .1), as a cold boot does (MFT manual, mlxfwreset:
+    # "the reset is applied to the device", and the driver restarts on all its functions).
+    for card_fn in card_functions(hca):
+        state = power_cycle(load_state(card_fn))
+        save_state(card_fn, state)
+        # the driver restarted: the running firmware shows in sysfs, volatile QoS is back at defaults
+        rel = f"class/infiniband/{card_fn['name']}/fw_ver"
+        if devstate.sysfs(rel).exists():
+            devstate.write_sysfs(rel, state["running"])
     devstate.reset_qos()
     _out("-I- FW was loaded successfully.")
     return 0
