@@ -186,3 +186,26 @@ def test_inventory_adds_doca_vars_without_changing_the_install_method():
     assert data["mlnx_ofed_doca_repo_key_sha256"] == "3" * 64
     assert set(data["fabricops_doca"]["versions"]) == {OLD, NEW}
     assert "mlnx_ofed_doca_version" not in inventory.all_yml({"topology": topo}, ofed)
+
+
+def test_lab_start_prepares_doca_after_the_ofed_repository(tmp_path, monkeypatch):
+    from fabricops.lab import rack
+
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path)
+    calls = []
+
+    class Service:
+        def __init__(self, name, facts):
+            self.name, self.facts = name, facts
+
+        def prepare(self, lab):
+            calls.append(self.name)
+            return self.facts
+
+    mods = {"ofed_repo": Service("ofed", {"pid": 1}), "fabric_services": Service("fm", {"repo_url": "u"}),
+            "doca_repo": Service("doca", {"default_version": NEW})}
+    monkeypatch.setattr(rack, "_service", lambda name: mods.get(name))
+    lab = {"name": "t", "hosts": {}}
+    rack._start_services(lab)
+    assert calls == ["ofed", "fm", "doca"]
+    assert paths.load_lab()["doca"] == {"default_version": NEW}

@@ -154,7 +154,7 @@ def test_start_services_prepares_the_fabric_manager_repo_after_ofed(tmp_path, mo
                     "packages": ["nvidia-fabricmanager-550"]}
 
     mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": FabricServices}
-    monkeypatch.setattr(rack, "_service", lambda name: mods[name])
+    monkeypatch.setattr(rack, "_service", lambda name: mods.get(name))  # others (doca_repo): absent
     lab = {"name": "t", "hosts": {}}
     rack._start_services(lab)
     assert calls == ["ofed", "fabric_services"]
