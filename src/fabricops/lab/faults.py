@@ -350,6 +350,73 @@ def plan_wrong_firmware(host: str, args: list[str]) -> Plan:
     return _hw_plan(host, hw, f"{hca['name']} firmware {args[1]} (was {old})")
 
 
+# --- NIC firmware (emul/firmware.py state; docs/lab-faults.md) -----------------------------------
+
+def _fw_device(host: str, kind: str, spec: str) -> tuple[dict[str, Any], Path, dict[str, Any]]:
+    """(hca, its firmware state file on the controller, the state) for DEV (mlx5_0 or a PCI address)."""
+    from fabricops.lab.emul import firmware
+
+    hw = _load_hw(host)
+    s = spec.lower()
+    hca = next((h for h in hw.get("hcas", [])
+                if s in (h["name"].lower(), str(h.get("pci", "")).lower(),
+                         str(h.get("pci", "")).lower().removeprefix("0000:"))), None)
+    if hca is None:
+        names = ", ".join(h["name"] for h in hw.get("hcas", []))
+        raise FaultError(f"{kind}: {host} has no device {spec!r} (devices: {names})")
+    path = paths.host_dir(host) / "hw" / "firmware" / f"{hca['pci']}.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        state = None
+    return hca, path, firmware.follow_hardware(state, hca)
+
+
+def _fw_setting(host: str, kind: str, args: list[str], current_too: bool) -> Plan:
+    from fabricops.lab.emul import firmware
+
+    _nargs(kind, args, 3, 3, "DEV KEY VALUE (e.g. mlx5_0 ATS_ENABLED 1)")
+    hca, path, state = _fw_device(host, kind, args[0])
+    table = firmware.params_for(hca)
+    if args[1] not in table:
+        raise FaultError(f"{kind}: {hca['name']} has no firmware setting {args[1]!r} "
+                         f"(settings: {', '.join(table)})")
+    try:
+        value = firmware.parse_value(table[args[1]], args[2])
+    except firmware.ToolError:
+        raise FaultError(f"{kind}: {args[2]!r} is not a value {args[1]} takes") from None
+    old = firmware.render(table[args[1]], state["next"][args[1]])
+    state["next"][args[1]] = value
+    if current_too:
+        state["current"][args[1]] = value
+    new = firmware.render(table[args[1]], value)
+    what = "next boot and current" if current_too else "next boot only (reset pending)"
+    return Plan(summary=f"{hca['name']} {args[1]}={new} (was {old}), {what}",
+                files={path: (json.dumps(state, sort_keys=True) + "\n").encode()})
+
+
+def plan_fw_setting_drift(host: str, args: list[str]) -> Plan:
+    """Someone set a firmware setting and reset the NIC: next and current both changed."""
+    return _fw_setting(host, "fw-setting-drift", args, current_too=True)
+
+
+def plan_reset_required(host: str, args: list[str]) -> Plan:
+    """A firmware setting was set and the NIC not reset yet: next changed, current not."""
+    return _fw_setting(host, "reset-required", args, current_too=False)
+
+
+def plan_fw_version_mismatch(host: str, args: list[str]) -> Plan:
+    """The NIC was flashed and reset to another release: burned = running = VERSION."""
+    _nargs("fw-version-mismatch", args, 2, 2, "DEV VERSION (e.g. mlx5_0 28.36.1010)")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", args[1]):
+        raise FaultError(f"fw-version-mismatch: {args[1]!r} is not a firmware version like 28.39.1002")
+    hca, path, state = _fw_device(host, "fw-version-mismatch", args[0])
+    old = state["running"]
+    state["burned"] = state["running"] = args[1]
+    return Plan(summary=f"{hca['name']} runs firmware {args[1]} (burned and running; was {old})",
+                files={path: (json.dumps(state, sort_keys=True) + "\n").encode()}, resync=True)
+
+
 def plan_driver_version(host: str, args: list[str]) -> Plan:
     """The NVIDIA driver was updated and the fabric manager repository lags (docs/fabric-services.md):
     hardware.json ``driver_version`` (what ``nvidia-smi`` reports and what ``nv-fabricmanager``
@@ -878,6 +945,9 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "nvlink-inactive": (plan_nvlink_inactive, "GPU [LINK]"),
     "gpu-missing": (plan_gpu_missing, "GPU"),
     "wrong-firmware": (plan_wrong_firmware, "DEV VERSION"),
+    "fw-setting-drift": (plan_fw_setting_drift, "DEV KEY VALUE"),
+    "reset-required": (plan_reset_required, "DEV KEY VALUE"),
+    "fw-version-mismatch": (plan_fw_version_mismatch, "DEV VERSION"),
     "wrong-ofed": (plan_wrong_ofed, "VERSION"),
     "driver-version": (plan_driver_version, "VERSION"),
     "host-unreachable": (plan_host_unreachable, ""),

@@ -21,6 +21,7 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.lab import fabric_services, hardware, network, paths
+from fabricops.lab.emul import firmware
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,9 @@ def prepare_host(
     hw_dir = hd / "hw"
     hw_dir.mkdir(parents=True, exist_ok=True)
     _write(hw_dir / "hardware.json", json.dumps(hw, indent=2) + "\n")
+    # the host (re)starts: a power cycle for its NICs' firmware (burned image runs, next-boot
+    # settings apply; emul/firmware.py)
+    firmware.power_cycle_dir(hw_dir / "firmware")
     ensure_host_key(name)
     root = mount_root(name, lower)
     etc = root / "etc"

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fabricops.lab import paths
+from fabricops.lab import firmware_images, paths
 from fabricops.roce.desired import desired_state
 
 HEADER = (
@@ -141,6 +141,9 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
         data["fabricops_roce"] = dict(desired_state({"fabricops_roce": dict(ROCE)}, "lab").data)
         data["fabricops_roce_addresses"] = roce_netdevs
     data.update(host_plan_vars(topo))
+    # NIC firmware pins (what the lab's NICs run, so a fresh lab is compliant) and the images the
+    # lab serves for them (lab/firmware_images.py)
+    data.update(firmware_images.inventory_vars(topo))
     data.update(subnet_manager_vars(topo))
     if lab.get("fabric_manager"):
         # the fabric manager repository (fabric_services.prepare), as the role's own variable; the

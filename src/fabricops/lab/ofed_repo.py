@@ -79,7 +79,13 @@ TOOL_PACKAGE: dict[str, str] = {
     "mlnx_qos": "mlnx-tools",
     "cma_roce_tos": "mlnx-tools",
     "cma_roce_mode": "mlnx-tools",
+    # NVIDIA MFT, bundled with MLNX_OFED as the `mft` package (emul/firmware.py)
+    "mlxconfig": "mft",
+    "mlxfwmanager": "mft",
+    "mlxfwreset": "mft",
 }
+#: The MFT release each MLNX_OFED release bundles (its release notes' "MFT" line), as the deb names it.
+_MFT = {"23.10": "4.26.1-3", "24.10": "4.30.0-139"}
 #: Emulated tools that are not MLNX_OFED's: the NVIDIA driver's, lldpd's, pciutils' (the image's
 #: pciutils owns /usr/bin/lspci: dpkg refuses a package that overwrites it), nccl-tests and Open MPI
 #: (hosts.install_nccl puts them where a site's build does).
@@ -90,7 +96,7 @@ NOT_OFED = re.compile(r"^(nvidia|nv-|dcgm|lldp|lspci$|mpirun$|nccl-|all_reduce_p
 PACKAGE_ORDER = (
     "ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils", "mlnx-ofed-kernel-dkms",
     "mlnx-ofed-kernel-modules", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
-    "opensm", "mlnx-fw-updater", "mlnx-ofed-all",
+    "opensm", "mft", "mlnx-fw-updater", "mlnx-ofed-all",
 )
 
 
@@ -148,6 +154,7 @@ def package_versions(version: str, kernel: str) -> dict[str, str]:
         "infiniband-diags": rdma_deb,
         "perftest": f"{major}.0",
         "opensm": fabric_services.opensm_deb(version).version,
+        "mft": _MFT.get(major, "4.30.0-139"),
         "mlnx-fw-updater": version,
         "mlnx-ofed-all": version,
     }
@@ -246,12 +253,15 @@ def packages(version: str, kernel: str) -> list[Deb]:
         Deb("perftest", vers["perftest"], "", "Infiniband verbs performance tests (ib_*_bw, ib_*_lat)",
             bins("perftest"), {}),
         fabric_services.opensm_deb(version),
+        Deb("mft", vers["mft"], "python3",
+            "NVIDIA firmware tools (mlxconfig, mlxfwmanager, mlxfwreset)", bins("mft"), {}),
         Deb("mlnx-fw-updater", vers["mlnx-fw-updater"], "", "Mellanox firmware updater",
             {}, {"postinst": _template("fw-updater.postinst")}),
     ]
     meta_deps = [eq[p] for p in ("ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils")]
     meta_deps.append(f"{eq['mlnx-ofed-kernel-modules']} | {eq['mlnx-ofed-kernel-dkms']}")
-    meta_deps += [eq[p] for p in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest", "opensm")]
+    meta_deps += [eq[p] for p in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest", "opensm",
+                                  "mft")]
     debs.append(Deb("mlnx-ofed-all", version, ", ".join(meta_deps), "MLNX_OFED all packages (meta package)",
                     {}, {}, section="metapackages"))
     return debs

@@ -251,6 +251,12 @@ def _start_services(lab: dict[str, Any]) -> None:
         if fabric_services is not None:
             lab["fabric_manager"] = fabric_services.prepare(lab)
             paths.save_lab(lab)
+        # NIC firmware images under the same served directory (docs/lab-device-contract.md, "NIC
+        # firmware (MFT)"); after ofed_repo.prepare for the same reason.
+        firmware_images = _service("firmware_images")
+        if firmware_images is not None:
+            lab["nic_firmware"] = firmware_images.prepare(lab)
+            paths.save_lab(lab)
         # DOCA-Host repositories (doca/<ver>/debian12/<arch>/), same server, also after
         # ofed_repo.prepare (docs/lab-ofed.md, "DOCA-Host mirror, DKMS and Secure Boot")
         doca_repo = _service("doca_repo")

@@ -110,7 +110,7 @@ def test_debs_are_valid_with_the_expected_names_and_versions(repo):
     assert names == sorted([
         "ofed-scripts", "mlnx-tools", "mlnx-ofed-kernel-utils", "mlnx-ofed-kernel-dkms",
         "mlnx-ofed-kernel-modules", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
-        "opensm", "mlnx-fw-updater", "mlnx-ofed-all"])
+        "opensm", "mft", "mlnx-fw-updater", "mlnx-ofed-all"])
     for deb in (out / "repo" / NEW).glob("*.deb"):
         info = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True)
         assert info.returncode == 0, info.stderr
@@ -210,7 +210,7 @@ def test_iso_root_is_the_tree_and_extracts_with_xorriso(repo, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (dest / ".mlnx").read_text() == f"{OLD}\n"
     assert os.access(dest / "mlnxofedinstall", os.X_OK)
-    assert len(list((dest / "DEBS").glob("*.deb"))) == 12  # with opensm
+    assert len(list((dest / "DEBS").glob("*.deb"))) == 13  # with opensm and mft
 
 
 def test_checksums_match_the_files(repo):
@@ -242,7 +242,7 @@ def test_packages_index_describes_every_deb(repo):
     out, _ = repo
     rdir = out / "repo" / NEW
     index = _stanzas((rdir / "Packages").read_text())
-    assert len(index) == 12
+    assert len(index) == 13  # with mft
     for deb in rdir.glob("*.deb"):
         entry = index[deb.name.split("_")[0]]
         assert entry["Filename"] == f"./{deb.name}"

@@ -178,6 +178,18 @@ def test_sysfs_link_files_and_iommu_groups(root):
     assert groups == sorted(host_hw()["pcie"]["iommu_groups"])
 
 
+def test_hca_uevent_names_its_pci_slot_as_the_kernel_writes_it(root):
+    """The nic_firmware role finds each HCA's BDF in device/uevent (PCI_SLOT_NAME) when the device
+    link is not there; the kernel's pci_uevent fields, class 0x0207 for an InfiniBand ConnectX."""
+    hwctl.sync(mount=False)
+    text = (root / "sys/class/infiniband/mlx5_0/device/uevent").read_text()
+    fields = dict(line.split("=", 1) for line in text.splitlines())
+    assert fields["PCI_SLOT_NAME"] == "0000:1a:00.0"
+    assert fields["DRIVER"] == "mlx5_core" and fields["PCI_ID"] == "15B3:1021"
+    assert fields["PCI_CLASS"] == "20700" and fields["MODALIAS"].startswith("pci:v000015B3d00001021")
+    assert (root / "sys/bus/pci/devices/0000:1a:00.0/uevent").read_text() == text
+
+
 def test_sysfs_drops_a_gpu_that_fell_off_the_bus(root):
     hwctl.sync(mount=False)
     hw = host_hw()

@@ -19,6 +19,8 @@ FABRIC_DIR = "var/lib/emulated-fabric"
 RUN_DIR = "run/emulated-hw"
 QOS_DIR = "run/emulated-hw/qos"
 OFED_RELEASE = "usr/share/emulated-ofed/release"
+#: the NICs' firmware state, one <bdf>.json per HCA (emul/firmware.py, SPEC-20 C)
+FIRMWARE_DIR = "var/lib/emulated-hw/firmware"
 
 DEFAULT_QOS: dict[str, Any] = {
     "trust": "pcp",
@@ -50,6 +52,19 @@ def hcas() -> list[dict[str, Any]]:
 
 def find_hca(name: str) -> dict[str, Any] | None:
     return next((h for h in hcas() if h["name"] == name), None)
+
+
+def fw_running(hca: dict[str, Any]) -> str:
+    """The firmware version the HCA runs: the firmware state's ``running`` (emul/firmware.py), or
+    hardware.json ``fw_ver`` when there is no state or the silicon changed since it was written."""
+    fw = hca.get("fw_ver", "")
+    try:
+        state = json.loads(path(f"{FIRMWARE_DIR}/{hca.get('pci', '')}.json").read_text())
+    except (OSError, ValueError):
+        return fw
+    if not isinstance(state, dict) or state.get("hw_fw_ver") != fw or not state.get("running"):
+        return fw
+    return str(state["running"])
 
 
 def find_port_by_netdev(netdev: str) -> tuple[dict[str, Any], dict[str, Any]] | None:

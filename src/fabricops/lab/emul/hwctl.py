@@ -224,7 +224,7 @@ def hca_entries(hca: dict, hw: dict) -> tuple[dict, dict, dict, list[str]]:
     silicon = {
         f"{base}/node_guid": guid_colon(_guid_hex(hca.get("node_guid"))),
         f"{base}/sys_image_guid": guid_colon(_guid_hex(hca.get("sys_image_guid") or hca.get("node_guid"))),
-        f"{base}/fw_ver": hca.get("fw_ver", ""),
+        f"{base}/fw_ver": devstate.fw_running(hca),
         f"{base}/hca_type": hca.get("hca_type", ""),
         f"{base}/board_id": hca.get("board_id", ""),
         f"{base}/hw_rev": "0x0",

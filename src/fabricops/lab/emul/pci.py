@@ -351,6 +351,21 @@ def device_path(devs: list[dict[str, Any]], bdf: str) -> str:
     return "/".join([f"devices/pci{top[:4]}:{top[5:7]}", *reversed(chain)])
 
 
+def hca_uevent(hw: dict[str, Any], d: dict[str, Any]) -> str:
+    """The HCA's PCI ``uevent`` as the kernel writes it (drivers/pci/pci-driver.c pci_uevent:
+    PCI_CLASS, PCI_ID, PCI_SUBSYS_ID, PCI_SLOT_NAME, MODALIAS; DRIVER from the bound driver).
+    ConnectX in InfiniBand mode is class 0x0207 (network, InfiniBand), in Ethernet mode 0x0200."""
+    hca = next((h for h in hw.get("hcas", []) if h.get("name") == d.get("name")), {})
+    ib = any(p.get("link_layer") == "InfiniBand" for p in hca.get("ports", []))
+    cls = 0x020700 if ib else 0x020000
+    vendor = 0x15B3  # the PCI vendor (hardware.json vendor_id is the IB OUI ibv_devinfo prints)
+    device = int(hca.get("vendor_part_id") or 4129)
+    return (f"DRIVER=mlx5_core\nPCI_CLASS={cls:X}\nPCI_ID={vendor:04X}:{device:04X}\n"
+            f"PCI_SUBSYS_ID={vendor:04X}:0041\nPCI_SLOT_NAME={d['bdf']}\n"
+            f"MODALIAS=pci:v{vendor:08X}d{device:08X}sv{vendor:08X}sd00000041bc{cls >> 16:02X}"
+            f"sc{(cls >> 8) & 0xff:02X}i00")
+
+
 def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
     """rel path -> content for the PCIe tree, laid out as the kernel does: the device directories
     under ``devices/pciDDDD:BB/...`` with ``{current,max}_link_{speed,width}``, ``numa_node`` and
@@ -374,6 +389,8 @@ def sysfs_entries(hw: dict[str, Any]) -> dict[str, str | Link]:
                 "current_link_speed": sysfs_speed(sta["speed_gts"]),
                 "current_link_width": str(sta["width"]),
             }
+        if d.get("kind") == "hca":
+            files["uevent"] = hca_uevent(hw, d)
         for name, val in files.items():
             out[f"{base}/{name}"] = val
             if d.get("kind") == "hca":

@@ -34,6 +34,10 @@ TOOLS: dict[str, str] = {
     "ib_write_lat": "perftest:ib_write_lat",
     "ib_read_lat": "perftest:ib_read_lat",
     "ib_send_lat": "perftest:ib_send_lat",
+    # NVIDIA MFT (the `mft` package of the emulated MLNX_OFED; emul/firmware.py)
+    "mlxconfig": "firmware:mlxconfig",
+    "mlxfwmanager": "firmware:mlxfwmanager",
+    "mlxfwreset": "firmware:mlxfwreset",
     # NVIDIA driver
     "nvidia-smi": "nvidia:nvidia_smi",
     # nvidia-fabricmanager-<branch> (the lab's fabric manager repository)

@@ -7,7 +7,7 @@
 export LANG=C
 PACKAGE=MLNX_OFED_LINUX
 ROOT=${MLNXOFED_TEST_ROOT:-}
-PACKAGES="mlnx-ofed-all mlnx-fw-updater opensm perftest infiniband-diags ibverbs-utils rdma-core
+PACKAGES="mlnx-ofed-all mlnx-fw-updater mft opensm perftest infiniband-diags ibverbs-utils rdma-core
 mlnx-ofed-kernel-modules mlnx-ofed-kernel-dkms mlnx-ofed-kernel-utils mlnx-tools ofed-scripts"
 
 force=0
