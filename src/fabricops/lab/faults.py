@@ -854,6 +854,89 @@ def plan_swapped_cable(host: str, args: list[str]) -> Plan:
     )
 
 
+# --- kernels, DKMS, Secure Boot (SPEC-20 C; docs/lab-faults.md) -----------------------------------
+
+#: runs emul/kernels.py inside the host (the emul package is in /usr/lib/emulated-hw)
+_KERNELS_PY = ("import sys; sys.path.insert(0, '/usr/lib/emulated-hw'); from emul import kernels; "
+               "sys.exit(kernels.main(sys.argv[1:]))")
+_KERNEL_RE = re.compile(r"[0-9][A-Za-z0-9.+~_-]{0,63}")
+
+
+def _kernel_key(k: str) -> list[tuple[int, Any]]:
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"[.\-+~_]", k)]
+
+
+def _next_kernel(running: str) -> str:
+    """6.1.0-18-amd64 -> 6.1.0-19-amd64 (Debian's ABI number, the part a point release bumps)."""
+    m = re.fullmatch(r"(\d+\.\d+\.\d+-)(\d+)(.*)", running)
+    if not m:
+        raise FaultError(f"cannot derive a newer kernel from {running!r}: give VERSION")
+    return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3)}"
+
+
+def plan_kernel_upgrade(host: str, args: list[str]) -> Plan:
+    no_headers = "--no-headers" in args
+    rest = [a for a in args if a != "--no-headers"]
+    _nargs("kernel-upgrade", rest, 0, 1, "[VERSION] [--no-headers]")
+    running = str(_load_hw(host).get("kernel") or "")
+    version = rest[0] if rest else _next_kernel(running)
+    if not _KERNEL_RE.fullmatch(version):
+        raise FaultError(f"{version!r} is not a kernel release like 6.1.0-19-amd64")
+    if running and _kernel_key(version) <= _kernel_key(running):
+        raise FaultError(f"{version} is not newer than the running kernel {running}: it would not be "
+                         "the next boot kernel")
+    install = ["python3", "-c", _KERNELS_PY, "install", version, *(["--no-headers"] if no_headers else [])]
+    what = "without headers" if no_headers else "with headers"
+    return Plan(summary=f"kernel {version} installed ({what}) as the next boot kernel; DKMS modules not "
+                        "built for it",
+                do=[install], undo=[["python3", "-c", _KERNELS_PY, "remove", version]])
+
+
+def plan_dkms_missing(host: str, args: list[str]) -> Plan:
+    _nargs("dkms-missing", args, 0, 0, "no arguments")
+    from fabricops.errors import ParseError
+    from fabricops.parsers import dkms as dkms_parser
+
+    running = str(_load_hw(host).get("kernel") or "")
+    proc = _host_exec(host, ["dkms", "status"], check=False)
+    try:
+        status = dkms_parser.parse_status(proc.stdout or "") if proc.returncode == 0 else []
+    except ParseError:
+        status = []
+    mine = [r for r in status if r["kernel"] == running and r["state"] == "installed"]
+    if not mine:
+        raise FaultError(f"{host} has no DKMS module installed for its running kernel {running} "
+                         "(install the DOCA-Host stack first)")
+    do = [["dkms", "unbuild", "-m", r["module"], "-v", r["version"], "-k", running] for r in mine]
+    undo = [["dkms", "install", "-m", r["module"], "-v", r["version"], "-k", running] for r in mine]
+    names = ", ".join(f"{r['module']}/{r['version']}" for r in mine)
+    return Plan(summary=f"DKMS {names} removed for the running kernel {running} (still added)",
+                do=do, undo=undo)
+
+
+def plan_secure_boot(host: str, args: list[str]) -> Plan:
+    _nargs("secure-boot", args, 0, 1, "[--enrolled]")
+    if args and args[0] != "--enrolled":
+        raise FaultError(f"secure-boot takes [--enrolled], not {args[0]!r}")
+    from fabricops.lab.emul import mokutil
+
+    state_path = paths.host_dir(host) / "hw" / "secureboot.json"
+    state = mokutil.load(state_path)  # absent: the default (EFI, Secure Boot off, nothing enrolled)
+    state.update({"efi": True, "enabled": True})
+    summary = "Secure Boot on; the DKMS signing key is not enrolled"
+    if args:
+        key = paths.host_dir(host) / "root" / "var/lib/dkms/mok.pub"
+        try:
+            sha1 = mokutil.key_sha1(key.read_bytes())
+        except OSError:
+            raise FaultError(f"{host} has no DKMS signing key /var/lib/dkms/mok.pub yet (dkms makes it on "
+                             "the first build: install the DOCA-Host stack first)") from None
+        state["enrolled"] = sorted(set(state["enrolled"]) | {sha1})
+        summary = "Secure Boot on; the DKMS signing key is enrolled"
+    data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+    return Plan(summary=summary, files={state_path: data})
+
+
 HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "port-down": (plan_port_down, "DEV[/PORT]"),
     "port-width": (plan_port_width, "DEV[/PORT] WIDTH"),
@@ -874,6 +957,9 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "pcie-downtrained": (plan_pcie_downtrained, "DEV|GPU<N> [WIDTH] [SPEED]"),
     "acs-enabled": (plan_acs_enabled, "[DEV|GPU<N>]"),
     "iommu-translated": (plan_iommu_translated, ""),
+    "kernel-upgrade": (plan_kernel_upgrade, "[VERSION] [--no-headers]"),
+    "dkms-missing": (plan_dkms_missing, ""),
+    "secure-boot": (plan_secure_boot, "[--enrolled]"),
 }
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),
@@ -1008,6 +1094,9 @@ def register(lab_subparsers) -> None:
         epilog=KINDS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="list: print the records as JSON")
+    # the options of the kernel-upgrade and secure-boot faults (SPEC-20 C), handed back to the kind
+    for flag in ("--no-headers", "--enrolled"):
+        p.add_argument(flag, dest="fault_flags", action="append_const", const=flag, help=argparse.SUPPRESS)
     p.add_argument("words", nargs="+", metavar="WORD", help="TARGET KIND [ARGS ...], clear [TARGET] or list")
     p.set_defaults(func=cmd_fault)
 
@@ -1019,7 +1108,7 @@ def _fmt(rec: dict[str, Any]) -> str:
 
 
 def cmd_fault(args) -> int:
-    words = list(args.words)
+    words = list(args.words) + list(getattr(args, "fault_flags", None) or [])
     if words[0] == "list":
         if len(words) > 1:
             raise FaultError("list takes no arguments")

@@ -42,3 +42,16 @@ def test_missing_command_is_not_installed(text):
 def test_not_ofed_info(text):
     with pytest.raises(ParseError):
         parse(text)
+
+
+def test_doca_ofed_internal_form():
+    """DOCA-Host's ofed_info -s (DOCA 2.9.1 doca-ofed profile): OFED-internal-<DOCA-OFED version>:."""
+    from captures import read_fixture
+
+    from fabricops.parsers import ofed_info
+
+    rec = ofed_info.parse(read_fixture("ofed_info", "s_doca_2.9.1_internal.txt"))
+    assert rec.installed and rec.version == "OFED-internal-24.10-1.1.4.0.200"
+    assert rec.version_number == "24.10-1.1.4.0.200" and (rec.major, rec.minor) == (24, 10)
+    lab = ofed_info.parse("OFED-internal-24.10-1.1.4.0:\n")  # what the lab's DOCA 2.9.1 prints
+    assert lab.version_number == "24.10-1.1.4.0"

@@ -80,8 +80,17 @@ def machine() -> str:
 
 # --- kernels and dkms.conf --------------------------------------------------------------------
 
+def in_root(path: Path) -> Path:
+    """Follow a symlink the way the host sees it: an absolute target is under EMUL_ROOT too."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        return p(target) if target.startswith("/") else path.parent / target
+    return path
+
+
 def headers_present(kernel: str) -> bool:
-    return p(f"{INSTALL_TREE}/{kernel}/build/include").exists()
+    """dkms' _check_kernel_dir: /lib/modules/K/build/include exists."""
+    return (in_root(p(f"{INSTALL_TREE}/{kernel}/build")) / "include").exists()
 
 
 def installed_kernels() -> list[str]:
@@ -134,7 +143,7 @@ def is_added(module: str, version: str) -> bool:
 
 
 def conf_of(module: str, version: str) -> dict[str, Any]:
-    path = tree(module, version) / "source" / "dkms.conf"
+    path = in_root(tree(module, version) / "source") / "dkms.conf"
     if not path.is_file():
         path = source_dir(module, version) / "dkms.conf"
     if not path.is_file():

@@ -71,8 +71,15 @@ def remove_headers(root: Path, kernel: str) -> None:
 
 
 def remove(root: Path, kernel: str) -> None:
-    """apt purge linux-image-K linux-headers-K (the DKMS-built copies under updates/ go with it)."""
+    """apt purge linux-image-K linux-headers-K (the DKMS-built copies under updates/ go with it, and
+    Debian's /etc/kernel/prerm.d/dkms drops the kernel's builds from the DKMS tree)."""
     remove_headers(root, kernel)
+    tree = root / "var/lib/dkms"
+    for built in tree.glob(f"*/*/{kernel}"):
+        if built.is_dir() and not built.is_symlink():
+            shutil.rmtree(built)
+    for link in tree.glob(f"*/kernel-{kernel}-*"):
+        link.unlink()
     for rel in (f"boot/vmlinuz-{kernel}", f"boot/config-{kernel}"):
         (root / rel).unlink(missing_ok=True)
     shutil.rmtree(root / f"lib/modules/{kernel}", ignore_errors=True)
