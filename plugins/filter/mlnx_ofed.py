@@ -15,8 +15,10 @@ try:
     from fabricops import doca as _doca
     from fabricops import ofed as _ofed
     from fabricops.errors import FabricopsError
+    from fabricops.parsers import dkms as _dkms_parser
+    from fabricops.parsers import mokutil as _mokutil
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _ofed = _doca = None
+    _ofed = _doca = _dkms_parser = _mokutil = None
     FabricopsError = Exception
     IMPORT_ERROR = exc
 else:
@@ -206,8 +208,6 @@ def _dkms_status(result):
     result = result or {}
     if result.get("skipped") or _rc(result) != 0:
         return []
-    from fabricops.parsers import dkms as _dkms_parser  # H3's parser (SPEC-20 A4)
-
     return _dkms_parser.parse_status(_str(result.get("stdout")))
 
 
@@ -223,20 +223,23 @@ def mlnx_ofed_dkms_plan(dkms_status, vmlinuz, running, kernels, with_headers, me
                            method=_str(method), check_mode=bool(check_mode))
 
 
-def mlnx_ofed_secure_boot_plan(sb_state, test_key, enroll=False, host=""):
+def mlnx_ofed_secure_boot_plan(sb_state, test_key, enroll=False, host="", queued=False):
     """Registered ``mokutil --sb-state`` / ``mokutil --test-key`` results -> the Secure Boot plan
-    (``secure_boot``: true/false/null added)."""
+    (``secure_boot``: true/false/null and ``key`` added). ``queued``: the role queued the enrollment in
+    this boot (its marker)."""
     _need_package()
     sb_state, test_key = sb_state or {}, test_key or {}
     try:
         if sb_state.get("skipped"):
             on = None  # no mokutil on a host without EFI (the role asserts that first): no Secure Boot
         else:
-            text = f"{_str(sb_state.get('stdout'))}\n{_str(sb_state.get('stderr'))}"
-            on = _doca.sb_state(text, _rc(sb_state))
+            on = _mokutil.parse_sb_state(f"{_str(sb_state.get('stdout'))}\n{_str(sb_state.get('stderr'))}")
         key = None
-        if on and not test_key.get("skipped"):
-            key = _doca.test_key_state(f"{_str(test_key.get('stdout'))}\n{_str(test_key.get('stderr'))}")
+        if queued:
+            key = "queued"
+        elif on and not test_key.get("skipped"):
+            enrolled = _mokutil.parse_test_key(_str(test_key.get("stdout")) or _str(test_key.get("stderr")))
+            key = "enrolled" if enrolled else "not_enrolled"
     except FabricopsError as exc:
         raise AnsibleFilterError(
             f"mokutil printed something unreadable (Secure Boot unknown): {exc}") from None

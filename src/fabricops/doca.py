@@ -24,7 +24,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fabricops.errors import ParseError
 from fabricops.parsers import ofed_info
 
 PROFILES = ("doca-ofed", "doca-roce", "doca-networking", "doca-all")
@@ -388,32 +387,6 @@ def headers_package(kernel: str) -> str:
 # --- Secure Boot ----------------------------------------------------------------------------------
 
 
-def sb_state(text: str | None, rc: int | None = 0) -> bool | None:
-    """``mokutil --sb-state`` -> True (enabled), False (disabled), None (not an EFI system: no Secure Boot).
-    Anything else raises ParseError (unknown is not 'off')."""
-    t = (text or "").strip()
-    if "SecureBoot enabled" in t:
-        return True
-    if "SecureBoot disabled" in t:
-        return False
-    if "EFI variables are not supported" in t:
-        return None
-    raise ParseError("mokutil --sb-state", "'SecureBoot enabled|disabled'", f"{t[:80]!r} (rc {rc})")
-
-
-def test_key_state(text: str | None) -> str:
-    """``mokutil --test-key KEY`` -> ``enrolled`` | ``queued`` (in the enrollment request, a reboot away) |
-    ``not_enrolled``; anything else raises ParseError."""
-    t = (text or "").strip()
-    if "is already enrolled" in t:
-        return "enrolled"
-    if "is already in the enrollment request" in t:
-        return "queued"
-    if "is not enrolled" in t:
-        return "not_enrolled"
-    raise ParseError("mokutil --test-key", "'... is already enrolled' / '... is not enrolled'", f"{t[:80]!r}")
-
-
 ENROLL_HOWTO = (
     f"enroll the dkms signing key: mokutil --import {MOK_KEY} (it asks for a one-time password), "
     "reboot, and confirm 'Enroll MOK' with that password at the console (MokManager); or let the "
@@ -427,7 +400,9 @@ def secure_boot_plan(
     """-> ``{"action": "none"|"enroll"|"pending"|"refuse", "message"}``.
 
     ``key``: ``enrolled``, ``queued``, ``not_enrolled`` or None (no key yet: dkms makes it on its
-    first build).
+    first build). ``queued`` comes from the role's own marker (written when it queued the enrollment, valid
+    in that boot): ``mokutil --test-key`` already says "is already enrolled" for a key in the pending
+    request (fabricops.parsers.mokutil), although the kernel refuses its modules until the reboot.
     ``none``: Secure Boot off, or the key enrolled. ``pending``: enrollment queued, a reboot + console
     confirmation away (modules do not load before). ``enroll``: consent given, queue it. ``refuse``: before
     building or loading anything."""
