@@ -43,8 +43,10 @@ def test_doca_input_ok_and_mlnx_ofed_version_not_needed():
     ({"version": "2.9"}, "mlnx_ofed_doca_version '2.9' is not a DOCA release"),
     ({"version": "2.9.1\n"}, "mlnx_ofed_doca_version '2.9.1\\n' is not a DOCA release"),
     ({"version": "latest"}, "mlnx_ofed_doca_version 'latest' is not a DOCA release"),
-    ({"profile": "doca-everything"}, "mlnx_ofed_doca_profile 'doca-everything' is not one of doca-ofed, doca-roce"),
-    ({"repo_url": "http://m/doca/2.9.0/debian12/x86_64/"}, "mlnx_ofed_doca_repo_url does not name DOCA 2.9.1"),
+    ({"profile": "doca-everything"},
+     "mlnx_ofed_doca_profile 'doca-everything' is not one of doca-ofed, doca-roce"),
+    ({"repo_url": "http://m/doca/2.9.0/debian12/x86_64/"},
+     "mlnx_ofed_doca_repo_url does not name DOCA 2.9.1"),
     ({"repo_url": "http://m/doca/2.9.1/x;id"}, "mlnx_ofed_doca_repo_url 'http://m/doca/2.9.1/x;id' is not"),
     ({"key_url": "", "key_sha256": ""}, "the DOCA repository needs its signing key"),
     ({"key_sha256": "abc"}, "mlnx_ofed_doca_repo_key_sha256 is not a sha256"),
@@ -106,6 +108,8 @@ def test_madison_version_is_the_repositorys_own():
     ("2.0~rc1", "2.0"),
     ("2.9.1-1", "2.10.0-1"),
     ("9.9", "1:0.1"),
+    ("1.0a", "1.0+"),          # letters sort before other characters
+    ("1.0-2", "1.0+1"),        # the revision after the last '-' is compared after the upstream part
 ])
 def test_debian_compare(a, b):
     assert doca.debian_compare(a, b) < 0 < doca.debian_compare(b, a)
@@ -136,11 +140,13 @@ def test_stack_change_needs_consent():
     assert msg.startswith("gpu01: this host runs standalone MLNX_OFED 24.10-1.1.4.0;")
     assert "mlnx_ofed_allow_stack_change: true" in msg and "/usr/sbin/ofed_uninstall.sh --force" in msg
     assert msg.count(". ") == 0  # one sentence
-    ok = doca.stack_change("mlnx_ofed", "24.10-1.1.4.0", doca_version="2.9.1", profile="doca-ofed", allow=True)
+    ok = doca.stack_change("mlnx_ofed", "24.10-1.1.4.0", doca_version="2.9.1", profile="doca-ofed",
+                           allow=True)
     assert ok == {"action": "replace",
                   "message": "replacing MLNX_OFED 24.10-1.1.4.0 with DOCA-Host 2.9.1 (doca-ofed)"}
     for kind in ("doca", None):
-        assert doca.stack_change(kind, None, doca_version="2.9.1", profile="doca-ofed", allow=False)["action"] == "none"
+        none = doca.stack_change(kind, None, doca_version="2.9.1", profile="doca-ofed", allow=False)
+        assert none["action"] == "none"
 
 
 @pytest.mark.parametrize(("stdout", "rc", "version"), [
@@ -299,8 +305,10 @@ def test_secure_boot_plan(sb, key, enroll, action):
 
 def test_secure_boot_refusal_says_how_to_enroll():
     msg = doca.secure_boot_plan(True, "not_enrolled", host="gpu01")["message"]
-    assert msg.startswith("gpu01: Secure Boot is on and the dkms signing key /var/lib/dkms/mok.pub is not enrolled")
-    for part in ("mokutil --import /var/lib/dkms/mok.pub", "reboot", "console", "mlnx_ofed_secure_boot_enroll: true"):
+    assert msg.startswith("gpu01: Secure Boot is on and the dkms signing key /var/lib/dkms/mok.pub is not "
+                          "enrolled")
+    for part in ("mokutil --import /var/lib/dkms/mok.pub", "reboot", "console",
+                 "mlnx_ofed_secure_boot_enroll: true"):
         assert part in msg
 
 
@@ -329,3 +337,25 @@ def test_secure_boot_filter_reads_the_real_mokutil_output():
     from ansible.errors import AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match="Secure Boot unknown"):
         plan({"rc": 1, "stdout": "", "stderr": "mokutil: command failed"}, {"skipped": True})
+
+
+def test_dkms_filter_parses_dkms_status():
+    plan = _filters()["mlnx_ofed_dkms_plan"]
+    status = {"rc": 0, "stdout": f"{OFED}/24.10.OFED.24.10.1.1.4.1, {K18}, x86_64: installed\n"}
+    got = plan(status, ["/boot/vmlinuz-6.1.0-18-amd64", "/boot/vmlinuz-6.1.0-21-amd64"], K18,
+               ["running", "next"], [], "doca", True)
+    assert got["missing"] == [{"module": OFED, "kernel": K21}]
+    # dkms not installed yet (check mode before the install): every kernel is reported
+    assert plan({"rc": 2, "stdout": ""}, [], K18, ["running", "next"], [])["build"] == [K18]
+
+
+def test_role_variables_of_the_doca_method_are_validated():
+    from fabricops import validate
+
+    good = {"mlnx_ofed_install_method": "doca", "mlnx_ofed_doca_version": "2.9.1",
+            "mlnx_ofed_doca_profile": "doca-roce", "mlnx_ofed_dkms_kernels": ["running", "next", K21],
+            "mlnx_ofed_mok_password": "any 'thing' $(goes) here; it only reaches stdin"}
+    assert validate.role_errors(good) == []
+    bad = validate.role_errors({"mlnx_ofed_doca_version": "2.9.1;id", "mlnx_ofed_doca_profile": "doca-x",
+                                "mlnx_ofed_dkms_kernels": ["$(id)"]})
+    assert len(bad) == 3
