@@ -236,10 +236,10 @@ def install_action(installed: str | None, wanted: str | None) -> str:
     """Installed profile version vs the repository's: ``none``, ``install``, ``upgrade``, ``downgrade``, or
     ``update`` (the repository's version is not known yet: its source is not configured or the cache
     not updated)."""
-    if not wanted:
-        return "update"
     if not installed:
         return "install"
+    if not wanted:
+        return "update"
     c = debian_compare(installed, wanted)
     return "none" if c == 0 else ("upgrade" if c < 0 else "downgrade")
 
@@ -372,8 +372,8 @@ def dkms_restart_reason(gaps: Iterable[Mapping[str, Any]], running: str) -> str 
     if not mods:
         return None
     return (
-        f"the {', '.join(mods)} DKMS modules of the running kernel {running} were missing and are built "
-        "now: the driver must be (re)loaded by an openibd restart"
+        f"the {', '.join(mods)} DKMS modules of the running kernel {running} are missing: once they are "
+        "built the driver must be (re)loaded by an openibd restart"
     )
 
 

@@ -172,7 +172,8 @@ def test_state_is_idempotent_by_the_installed_profile_version():
     assert _state("OFED-internal-24.10-1.1.4:\n", "hi 2.10.0-1\n")["action"] == "downgrade"
     assert _state("", "")["action"] == "install"
     # the source is not configured yet (no line from this URL): the repository's version is unknown
-    assert _state("", "", madison="")["action"] == "update"
+    assert _state("OFED-internal-24.10-1.1.4:\n", "hi 2.8.0-1\n", madison="")["action"] == "update"
+    assert _state("", "", madison="")["action"] == "install"
     # profile recorded but ofed_info does not show DOCA-OFED: repair, never 'none'
     assert _state("", "ii 2.9.1-1\n")["action"] == "install"
 
