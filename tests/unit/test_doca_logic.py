@@ -360,3 +360,22 @@ def test_role_variables_of_the_doca_method_are_validated():
     bad = validate.role_errors({"mlnx_ofed_doca_version": "2.9.1;id", "mlnx_ofed_doca_profile": "doca-x",
                                 "mlnx_ofed_dkms_kernels": ["$(id)"]})
     assert len(bad) == 3
+
+
+def test_doca_apt_source_is_signed():
+    import jinja2
+
+    filters = _filters()
+    root = Path(__file__).resolve().parents[2] / "roles" / "mlnx_ofed" / "templates"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined)
+    env.filters["fabricops.fabric.mlnx_ofed_doca_keyring"] = filters["mlnx_ofed_doca_keyring"]
+
+    def lines(**ctx):
+        text = env.get_template("doca.list.j2").render(ansible_managed="Ansible managed",
+                                                       mlnx_ofed_doca_version="2.9.1", **ctx)
+        return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+    assert lines(mlnx_ofed_doca_repo_signed_by="", __mlnx_ofed_doca_url=MIRROR) == [
+        f"deb [signed-by=/etc/apt/keyrings/doca.gpg] {MIRROR} ./"]
+    assert lines(mlnx_ofed_doca_repo_signed_by="/usr/share/keyrings/d.gpg", __mlnx_ofed_doca_url=MIRROR) == [
+        f"deb [signed-by=/usr/share/keyrings/d.gpg] {MIRROR} ./"]
