@@ -869,6 +869,11 @@ def _kernel_key(k: str) -> list[tuple[int, Any]]:
 def _next_kernel(running: str) -> str:
     """6.1.0-18-amd64 -> 6.1.0-19-amd64 (Debian's ABI number, the part a point release bumps)."""
     m = re.fullmatch(r"(\d+\.\d+\.\d+-)(\d+)(.*)", running)
+    if m:
+        return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3)}"
+    # Other kernels (the lab hosts run the controller's: 6.18.44-fc-v1098, 6.8.0-1015-aws): the
+    # next stable patch level of the same upstream release, the suffix kept.
+    m = re.fullmatch(r"(\d+\.\d+\.)(\d+)(.*)", running)
     if not m:
         raise FaultError(f"cannot derive a newer kernel from {running!r}: give VERSION")
     return f"{m.group(1)}{int(m.group(2)) + 1}{m.group(3)}"

@@ -141,3 +141,14 @@ def test_secure_boot_not_enrolled_then_enrolled_and_clear_restores_the_state_fil
     assert "ab" * 20 in mokutil.load()["enrolled"]  # what was enrolled stays enrolled
     assert run("clear") == 0
     assert state.read_bytes() == before
+
+
+@pytest.mark.parametrize(("running", "newer"), [
+    ("6.1.0-18-amd64", "6.1.0-19-amd64"),          # Debian: the ABI number
+    ("6.18.44-fc-v1098", "6.18.45-fc-v1098"),      # a controller kernel the lab hosts share
+    ("6.8.0-1015-aws", "6.8.0-1016-aws"),
+    ("6.10.3", "6.10.4"),
+])
+def test_kernel_upgrade_derives_a_newer_kernel_from_any_running_release(running, newer):
+    assert faults._next_kernel(running) == newer
+    assert faults._kernel_key(newer) > faults._kernel_key(running)
