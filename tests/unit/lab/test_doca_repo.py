@@ -73,6 +73,8 @@ def test_profiles_pin_the_release_and_roce_is_the_smaller_set(repo):
     for p in ("infiniband-diags", "opensm"):
         assert f"{p} (=" in ofed and f"{p} (=" not in roce
     assert "mlnx-ofed-kernel-modules" not in ofed + roce
+    if "mft" in pkgs:  # fw-lab's MFT package (ofed_repo.packages), in both profiles as in DOCA
+        assert f"mft (= {pkgs['mft']})" in ofed and f"mft (= {pkgs['mft']})" in roce
     assert _field(_deb(out, manifest, NEW, "doca-ofed"), "Version") == f"{NEW}-1"
 
 
