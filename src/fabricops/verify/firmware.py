@@ -562,7 +562,7 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
     tk = probe.sections.get("test_key")
     try:
         if tk is None or tk["rc"] in (127, None):
-            raise ParseError("mokutil --test-key not read")
+            raise ParseError("mokutil --test-key", "its output", "not read")
         enrolled = mok.parse_test_key(tk["stdout"])
     except ParseError as exc:
         return [Item("secure_boot_signing", None, ERROR, f"{host}: cannot tell whether {MOK_PUB} is enrolled "
