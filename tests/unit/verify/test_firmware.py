@@ -441,3 +441,10 @@ def test_problems_are_the_failures_only():
     got = firmware.problems("gpu01", FW, probe(mlxconfig={"mlx5_0": _query(cfg)}, dkms=json.dumps(DKMS_OK[:1])))
     assert {i.kind for i in got} == {"nic_fw_reset_pending", "nic_fw_noncompliant", "dkms_modules_missing"}
     assert firmware.problems("gpu01", FW, {"rc": 255, "stdout": "", "stderr": "x"}) == []
+
+
+def test_efi_state_not_printed_is_error():
+    res = probe()
+    res["stdout"] = res["stdout"].replace("@@efi yes\n", "")
+    (i,) = _j("secure_boot_signing", res)
+    assert i.status == ERROR and "EFI state not read" in i.message
