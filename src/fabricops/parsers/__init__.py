@@ -32,6 +32,10 @@ PARSERS: dict[str, str] = {
     "mlnx_qos": "fabricops.parsers.mlnx_qos:parse",
     "ibqueryerrors": "fabricops.parsers.ibqueryerrors:parse",
     "perfquery": "fabricops.parsers.perfquery:parse",
+    # NVIDIA MFT (NIC firmware: configuration, images, reset)
+    "mlxconfig": "fabricops.parsers.mlxconfig:parse_query",
+    "mlxfwmanager": "fabricops.parsers.mlxfwmanager:parse_query",
+    "mlxfwreset": "fabricops.parsers.mlxfwreset:parse_query",
     "sminfo": "fabricops.parsers.sminfo:parse",
     "ibnetdiscover": "fabricops.parsers.ibnetdiscover:parse",
     "iblinkinfo": "fabricops.parsers.iblinkinfo:parse",
