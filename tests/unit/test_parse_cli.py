@@ -76,8 +76,9 @@ def test_parse_refuses_other_tools_output(tool, tmp_path, capsys):
         assert "Traceback" not in err
 
 
-# An empty `nv config diff` is the real output for "nothing pending" (docs/parsers.md).
-EMPTY_IS_OUTPUT = {"nvue-config-diff"}
+# An empty `nv config diff` is the real output for "nothing pending", an empty `dkms status` for
+# "no module registered" (docs/parsers.md).
+EMPTY_IS_OUTPUT = {"nvue-config-diff", "dkms-status"}
 
 
 @pytest.mark.parametrize("tool", sorted(set(PARSERS) - EMPTY_IS_OUTPUT))

@@ -46,6 +46,10 @@ PARSERS: dict[str, str] = {
     "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",
     "nvidia-smi-query": "fabricops.parsers.nvidia_smi:parse_query",
     "nvidia-smi-q": "fabricops.parsers.nvidia_smi:parse_q",
+    # DKMS and Secure Boot (docs/parsers.md "DKMS and Secure Boot")
+    "dkms-status": "fabricops.parsers.dkms:parse_status",
+    "mokutil-sb-state": "fabricops.parsers.mokutil:sb_state",
+    "mokutil-test-key": "fabricops.parsers.mokutil:test_key",
     # pciutils (lspci -vvv: PCIe tree, link and ACS state)
     "lspci": "fabricops.parsers.lspci:parse",
     # nccl-tests
