@@ -119,7 +119,8 @@ _PROBE_FN = (
 )
 _PROBE_FW = (
     "for d in /sys/class/infiniband/*/device; do [ -e \"$d\" ] || continue; n=${d%/device}; n=${n##*/}; "
-    'b=$(basename "$(readlink -f "$d")"); echo "@@hca $n $b"; t "mlxconfig:$n" mlxconfig -d "$b" -e q; done; '
+    'b=$(basename "$(readlink -f "$d")"); echo "@@hca $n $b $(ls "/sys/class/infiniband/$n/ports" | wc -l)"; '
+    't "mlxconfig:$n" mlxconfig -d "$b" -e q; done; '
     "t mlxfwmanager mlxfwmanager --query; "
 )
 _PROBE_DKMS = (
@@ -146,7 +147,7 @@ def probe_command(fw: FirmwareExpect | None, full: bool = False) -> str | None:
 
 _SECTION = re.compile(r"^@@fabricops (\S+)$")
 _RC = re.compile(r"^@@rc (\d+)$")
-_HCA = re.compile(r"^@@hca (\S+) (\S+)$")
+_HCA = re.compile(r"^@@hca (\S+) (\S+)(?:\s+(\d+))?\s*$")
 _FLAG = re.compile(r"^@@(efi|keyfile) (yes|no)$")
 
 
@@ -156,6 +157,7 @@ class Probe:
 
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     hcas: dict[str, str] = field(default_factory=dict)  #: mlx5_0 -> 0000:41:00.0
+    ports: dict[str, int] = field(default_factory=dict)  #: mlx5_0 -> its ports in sysfs (as fabric_facts counts)
     flags: dict[str, bool] = field(default_factory=dict)  #: efi, keyfile
     error: str | None = None  #: why the probe itself gave nothing usable
 
@@ -182,6 +184,8 @@ def split_probe(res: Mapping[str, Any] | None) -> Probe:
         m = _HCA.match(line)
         if m and cur is None:
             probe.hcas[m[1]] = m[2].lower()
+            if m[3]:
+                probe.ports[m[1]] = int(m[3])
             continue
         m = _FLAG.match(line)
         if m and cur is None:
@@ -275,10 +279,17 @@ def judge_config(
         return out
     try:
         mlxconfig = _mod("fabricops.parsers.mlxconfig")
-        firmware = _mod("fabricops.firmware") if fw.config_declared else None
     except ImportError as exc:
         return [Item(c, None, ERROR, f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)")
                 for c in ("nic_fw_config", "nic_fw_reset_pending")]
+    firmware: Any = None
+    if fw.config_declared:
+        try:
+            firmware = _mod("fabricops.firmware")
+        except ImportError as exc:
+            out.append(Item("nic_fw_config", None, ERROR,
+                            f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)"))
+            firmware = False
     for dev in devs:
         bdf = probe.hcas[dev]
         text, why, absent = _section(probe, f"mlxconfig:{dev}", f"mlxconfig -d {bdf} -e q")
@@ -320,13 +331,15 @@ def judge_config(
             out.append(Item("nic_fw_reset_pending", dev, PASS,
                             f"{host} {dev} ({bdf}): no configuration reset pending (next boot == current "
                             f"for {len(configs)} settings)", measured=[], threshold=[], details={"bdf": bdf}))
+        if firmware is False:
+            continue
         if firmware is None:
             out.append(Item("nic_fw_config", dev, SKIP, f"{host} {dev}: no nic_firmware_presets/config/"
                             "device_config declared (only versions): not applicable"))
             continue
         try:
             want = firmware.declared(list(fw.presets), dict(fw.config), dict(fw.device_config), dev,
-                                     _device_ports(dev, ports or {}))
+                                     _device_ports(dev, probe.ports or ports or {}))
         except (FabricopsError, ValueError, TypeError) as exc:
             out.append(Item("nic_fw_config", dev, ERROR, f"{host} {dev}: nic_firmware_presets/config/"
                             f"device_config do not validate ({exc}): failing closed"))

@@ -448,3 +448,49 @@ def test_efi_state_not_printed_is_error():
     res["stdout"] = res["stdout"].replace("@@efi yes\n", "")
     (i,) = _j("secure_boot_signing", res)
     assert i.status == ERROR and "EFI state not read" in i.message
+
+
+# --- the real parsers on their real captures (tests/fixtures/, first line names the source) -------
+
+def _capture(path):
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "fixtures" / path).read_text()
+    return "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith("# source:"))
+
+
+def _real(name):
+    import importlib
+
+    if name.startswith("fabricops.parsers."):
+        return importlib.import_module(name)
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        return _FAKES[name]
+    need = {"fabricops.firmware": ("declared",), "fabricops.ofed": ("next_boot_kernel", "dkms_gaps")}[name]
+    return mod if all(hasattr(mod, n) for n in need) else _FAKES[name]
+
+
+def test_real_captures_reset_pending_burned_not_running_and_key_not_enrolled(monkeypatch):
+    monkeypatch.setattr(firmware, "_mod", _real)
+    bdf = "0000:8e:00.0"  # the mlxfwmanager capture's card
+    res = probe(
+        hcas=(("mlx5_0", bdf),),
+        mlxconfig={"mlx5_0": _capture("mlxconfig/cx4_operator_test_extended_query.txt")},
+        fwm=_capture("mlxfwmanager/cx7_mlxup_burned_not_running.txt"),
+        sb=_capture("mokutil-sb-state/enabled.txt"),
+        test_key=_capture("mokutil-test-key/not_enrolled_shim_signed.txt"),
+        dkms=_capture("dkms-status/dkms3_i915_sriov_diff_warning.txt"),
+        uname="6.11.11-1-pve", boot="vmlinuz-6.11.11-1-pve\nvmlinuz-6.11.11-2-pve\n",
+    )
+    fw = firmware.FirmwareExpect(config={"KEEP_IB_LINK_UP_P2": "True"}, versions={"MT_0000000838": "28.47.1026"},
+                                 install_method="doca", dkms_modules=("i915-sriov-dkms",))
+    items = {(i.check, i.device): i for i in firmware.judge("gpu01", fw, res, set(firmware.FW_CHECKS))}
+    r = items[("nic_fw_reset_pending", "mlx5_0")]
+    assert r.status == FAIL and "MEMIC_SIZE_LIMIT current _256KB(1) next boot DISABLED(0)" in r.message
+    v = items[("nic_fw_version", "mlx5_0")]
+    assert v.status == FAIL and "burned but firmware 28.46.3048 is still running" in v.message
+    assert items[("secure_boot_signing", None)].status == FAIL
+    assert items[("dkms_modules", "6.11.11-1-pve")].status == PASS
+    assert items[("dkms_modules", "6.11.11-2-pve")].status == PASS
