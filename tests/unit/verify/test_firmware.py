@@ -494,3 +494,53 @@ def test_real_captures_reset_pending_burned_not_running_and_key_not_enrolled(mon
     assert items[("secure_boot_signing", None)].status == FAIL
     assert items[("dkms_modules", "6.11.11-1-pve")].status == PASS
     assert items[("dkms_modules", "6.11.11-2-pve")].status == PASS
+
+
+# --- diagnose: the same rules, worded as findings ----------------------------------------------------
+
+
+def _diagnose(res, fw=FW):
+    from fabricops import diagnose as d
+
+    ctx = d.Context(firmware=fw)
+    return [f for f in d.analyse({"gpu01": {firmware.PROBE_KEY: res}}, ctx) if f.kind in d._FW_SYMPTOM]
+
+
+def test_diagnose_findings_of_the_verify_rules():
+    cfg = dict(GOOD_CFG, ATS_ENABLED=_cfg("False(0)", "True(1)"))
+    fwm = json.dumps([_fwrec(BDF0, running="28.39.1002", burned="28.43.1014")])
+    res = probe(mlxconfig={"mlx5_0": _query(cfg)}, fwm=fwm, dkms=json.dumps(DKMS_OK[1:]),
+                sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled")
+    fw = firmware.FirmwareExpect(presets=["gpudirect"], versions={"MT_0000000838": "28.43.1014"},
+                                 install_method="doca")
+    got = _diagnose(res, fw)
+    kinds = [f.kind for f in got]
+    assert kinds[:2] == ["dkms_modules_missing", "secure_boot_key_not_enrolled"]  # hard faults first
+    assert set(kinds) == {"dkms_modules_missing", "secure_boot_key_not_enrolled", "nic_fw_noncompliant",
+                          "nic_fw_reset_pending"}
+    dk = got[0]
+    assert dk.device == "6.1.0-18-amd64" and "running kernel" in dk.cause
+    assert dk.remedy.startswith("Run playbooks/ofed.yml") and "fabricops verify (dkms_modules)" in dk.remedy
+    pend = [f for f in got if f.kind == "nic_fw_reset_pending"]
+    assert {f.device for f in pend} == {"mlx5_0"} and len(pend) == 2  # the setting and the burned image
+    assert all("nic_firmware_allow_reset: true" in f.remedy for f in pend)
+
+
+def test_diagnose_next_boot_gap_ranks_below_running_and_healthy_gives_none():
+    from fabricops import diagnose as d
+
+    (f,) = _diagnose(probe(dkms=json.dumps(DKMS_OK[:1])))
+    assert f.device == "6.1.0-21-amd64" and f.likelihood == d.LIKELIHOOD["dkms_modules_missing_next"]
+    assert "next-boot kernel" in f.cause
+    assert _diagnose(probe()) == []
+    assert _diagnose({"rc": 255, "stdout": "", "stderr": "unreachable"}) == []  # no evidence, no finding
+    assert _diagnose(probe(sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled"),
+                     firmware.FirmwareExpect()) == []  # nothing declared: not judged
+
+
+def test_diagnose_context_and_commands_carry_the_firmware_expectations():
+    from fabricops import diagnose as d
+
+    ctx = d.context_from_hostvars({"nic_firmware_presets": ["gpudirect"], "mlnx_ofed_install_method": "doca"})
+    assert ctx.firmware.config_declared and ctx.firmware.dkms
+    assert d.BASE_COMMANDS[firmware.PROBE_KEY] == firmware.probe_command(None, full=True)
