@@ -135,3 +135,9 @@ def test_next_boot_kernel_version_order(tmp_path):
     boot = _boot(tmp_path, "6.9.0-1-amd64", "6.10.0-1-amd64", "6.1.0-18-amd64")
     assert c.next_boot_kernel(boot, "6.1.0-18-amd64") == "6.10.0-1-amd64"
     assert c.next_boot_kernel(str(tmp_path / "none"), "6.1.0-18-amd64") == "6.1.0-18-amd64"
+
+
+def test_burned_image_not_running_alone_is_a_reset_pending(tmp_path):
+    q = read_fixture("mlxconfig", EQ_PENDING).replace("DISABLED(0)", "_256KB(1)")
+    m, _ = _collect(tmp_path, {"-e q": (0, q), "--query": (0, read_fixture("mlxfwmanager", BURNED_NOT_RUNNING))})
+    assert get(m, "fabricops_nic_fw_reset_pending", device="mlx5_0") == 1
