@@ -269,6 +269,34 @@ def _roce(var: str, value: Any) -> None:
         raise UnsafeValue(f"{var}: {exc}") from None
 
 
+_PSID = re.compile(r"[A-Z]{2}_[0-9A-Za-z_]{4,16}")
+_FW_VERSION = re.compile(r"[0-9]{1,3}\.[0-9]{1,4}\.[0-9]{1,5}")
+
+
+def _mlx_config(var: str, value: Any) -> None:
+    """a mapping of mlxconfig KEY to a number, true/false or a name (fabricops.firmware)"""
+    from fabricops import firmware
+
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise UnsafeValue(f"{var}: expected a mapping, got {type(value).__name__}")
+    for k, v in value.items():
+        try:
+            firmware.check_key(var, k)
+            firmware.check_value(f"{var}.{k}", v)
+        except firmware.FirmwareInputError as exc:
+            raise UnsafeValue(str(exc)) from None
+
+
+def _fw_image(var: str, value: Any) -> None:
+    """a mapping with url (http(s)/ftp/file) and sha256 (64 hex digits)"""
+    if not isinstance(value, Mapping) or set(value) - {"url", "sha256"}:
+        raise UnsafeValue(f"{var}: expected a mapping of url and sha256")
+    url(f"{var}.url", value.get("url"))
+    pattern(_SHA256, "a sha256 (64 hexadecimal digits)")(f"{var}.sha256", value.get("sha256"))
+
+
 #: Every role variable that reaches a command, a script, a unit or a config file -> its validator.
 ROLE_VARS: dict[str, Validator] = {
     # fabric_monitor
@@ -334,6 +362,16 @@ ROLE_VARS: dict[str, Validator] = {
     "nccl_profile_net_plugin": pattern(re.compile(r"[A-Za-z0-9_.+-]{1,128}"),
                                        "an NCCL net plugin suffix or library name (none, a .so)",
                                        empty=True),
+    # nic_firmware (the mlxconfig keys and values: fabricops.firmware's allow-list)
+    "nic_firmware_presets": list_of(pattern(re.compile(r"[a-z][a-z0-9_]{0,31}"), "a preset name like gpudirect")),
+    "nic_firmware_config": _mlx_config,
+    "nic_firmware_device_config": dict_of(pattern(_HCA, "an HCA name like mlx5_0"), _mlx_config),
+    "nic_firmware_devices": list_of(pattern(_HCA, "an HCA name like mlx5_0")),
+    "nic_firmware_versions": dict_of(pattern(_PSID, "a PSID like MT_0000000838"),
+                                     pattern(_FW_VERSION, "a firmware version like 28.43.1014")),
+    "nic_firmware_images": dict_of(pattern(_PSID, "a PSID like MT_0000000838"), _fw_image),
+    "nic_firmware_reset_method": choice("mlxfwreset", "reboot"),
+    "nic_firmware_work_dir": path,
     # nvidia_fabric_manager
     "nvidia_fabric_manager_repo_url": url_or_empty,
     "nvidia_fabric_manager_repo_file": path,
