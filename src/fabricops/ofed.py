@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricops import doca as _doca
 from fabricops.errors import FabricopsError, ParseError
 from fabricops.parsers import ofed_info
 
-METHODS = ("tarball", "iso", "repo")
+METHODS = ("tarball", "iso", "repo", "doca")
 RESTART_METHODS = ("openibd", "reboot")
 
 #: 24.10-1.1.4.0 (MLNX_OFED), 24.10-1.1.4 (DOCA-OFED's OFED-internal numbering), 5.8-1.0.1.1.
@@ -155,6 +156,7 @@ def input_errors(
     repo_signed_by: Any = None,
     repo_key_url: Any = None,
     repo_key_sha256: Any = None,
+    doca: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Cross-field rules the argument spec cannot express; [] when the input is usable.
 
@@ -164,6 +166,16 @@ def input_errors(
     with its sha256); ``repo_trusted`` (no signature check) is an explicit opt-in, not both.
     """
     errors: list[str] = []
+    if method == "doca":
+        # DOCA-Host is pinned by its release (mlnx_ofed_doca_version); mlnx_ofed_version is not used.
+        d = dict(doca or {})
+        errors += _doca.input_errors(d.get("version"), d.get("profile", "doca-ofed"), **{
+            k: d[k] for k in ("repo_url", "key_url", "key_sha256", "signed_by", "dkms_kernels",
+                              "secure_boot_enroll", "mok_password") if k in d})
+        if restart_method not in RESTART_METHODS:
+            errors.append(f"mlnx_ofed_restart_method {restart_method!r} is not one of "
+                          f"{', '.join(RESTART_METHODS)}")
+        return errors
     if not version:
         errors.append("mlnx_ofed_version is not set: choose the MLNX_OFED release to install "
                       "(e.g. 24.10-1.1.4.0); there is deliberately no default")
@@ -447,12 +459,18 @@ def pending_from_marker(marker: str | None, boot_id: str | None) -> str | None:
 
 
 def restart_reasons(installer_restart: bool, action: str, version: str, conf_changed: Iterable[str],
-                    pending: str | None, method: str = "tarball") -> list[str]:
-    """Why the driver must be restarted now; [] when nothing asks for it."""
+                    pending: str | None, method: str = "tarball", dkms: str | None = None) -> list[str]:
+    """Why the driver must be restarted now; [] when nothing asks for it.
+
+    ``dkms``: the reason from :func:`fabricops.doca.dkms_restart_reason` (the running kernel's DKMS
+    modules were missing and are built now)."""
     reasons = []
     if pending:
         reasons.append(pending)
-    if installer_restart and method == "repo":
+    if installer_restart and method == "doca":
+        reasons.append(f"DOCA-Host {version} packages were installed ({action}); the running driver is "
+                       "the previous one until openibd restarts")
+    elif installer_restart and method == "repo":
         reasons.append(f"MLNX_OFED {version} packages were installed from the mirror ({action}); the "
                        "running driver is the previous one until openibd restarts")
     elif installer_restart:
@@ -461,6 +479,8 @@ def restart_reasons(installer_restart: bool, action: str, version: str, conf_cha
     keys = [k for k in conf_changed if k not in BOOT_ONLY_KEYS]
     if keys:
         reasons.append(f"openib.conf changed ({', '.join(keys)}): openibd reads it when it starts")
+    if dkms and dkms not in reasons:
+        reasons.append(dkms)
     return reasons
 
 
@@ -477,6 +497,7 @@ def restart_plan(
     allow_reboot: bool = False,
     method: str = "openibd",
     host: str = "",
+    blocked: str | None = None,
 ) -> dict[str, Any]:
     """What to do about the driver -> ``{"action", "unload": [...], "message"}``.
 
@@ -490,6 +511,10 @@ def restart_plan(
     if not reasons:
         return {"action": "none", "unload": [], "message": ""}
     why = "; ".join(reasons)
+    if blocked:
+        # e.g. a MOK enrollment waiting for a reboot: loading the new modules now would be refused
+        return {"action": "pending", "unload": [], "message": f"{who}a driver restart is pending ({why}) "
+                f"but cannot load the new modules yet: {blocked}"}
     if method == "reboot":
         if allow_reboot:
             return {"action": "reboot", "unload": [],

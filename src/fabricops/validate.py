@@ -327,7 +327,7 @@ ROLE_VARS: dict[str, Validator] = {
     "ipoib_ifupdown_dir": path,
     # mlnx_ofed
     "mlnx_ofed_version": ofed_version,
-    "mlnx_ofed_install_method": choice("tarball", "iso", "repo"),
+    "mlnx_ofed_install_method": choice("tarball", "iso", "repo", "doca"),
     "mlnx_ofed_tarball_url": url_or_empty,
     "mlnx_ofed_tarball_sha256": sha256,
     "mlnx_ofed_iso_url": url_or_empty,
@@ -345,6 +345,15 @@ ROLE_VARS: dict[str, Validator] = {
     "mlnx_ofed_restart_method": choice("openibd", "reboot"),
     "mlnx_ofed_modules_file": path,
     "mlnx_ofed_state_dir": path,
+    "mlnx_ofed_doca_version": pattern(re.compile(r"[0-9]+\.[0-9]+\.[0-9]+"), "a DOCA release like 2.9.1",
+                                      empty=True),
+    "mlnx_ofed_doca_profile": choice("doca-ofed", "doca-roce", "doca-networking", "doca-all"),
+    "mlnx_ofed_doca_repo_url": url_or_empty,
+    "mlnx_ofed_doca_repo_key_url": url_or_empty,
+    "mlnx_ofed_doca_repo_key_sha256": sha256,
+    "mlnx_ofed_doca_repo_signed_by": optional_path,
+    "mlnx_ofed_dkms_kernels": list_of(pattern(re.compile(r"running|next|[0-9][A-Za-z0-9._+~-]{0,127}"),
+                                              "running, next or a kernel release like 6.1.0-18-amd64")),
     # nccl_profile
     "nccl_profile_name": choice("ib", "roce", "socket"),
     "nccl_profile_socket_ifname": nccl_ifname,
@@ -404,6 +413,8 @@ ROLE_VARS: dict[str, Validator] = {
 NOT_RENDERED: dict[str, str] = {
     "nccl_profile_cabling": "read to choose among the host's own HCA ports (fabric facts); only port names "
     "from the facts reach nccl.conf",
+    "mlnx_ofed_mok_password": "goes only to mokutil --generate-hash on stdin (never a command line, "
+    "a file or a log; the hash it prints goes to a 0600 temporary file removed after mokutil --import)",
 }
 
 #: Options of the collection's modules that reach a command line or a sysfs path: validated inside
