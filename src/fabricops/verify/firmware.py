@@ -7,7 +7,8 @@ One probe per host (:func:`probe_command`, run as root by verify's become) print
   ``mlxconfig -d BDF -e q`` (Default/Current/Next Boot values; ``fabricops.parsers.mlxconfig``);
 - ``mlxfwmanager --query`` (PSID, burned and running firmware; ``fabricops.parsers.mlxfwmanager``);
 - ``uname -r``, ``ls -1 /boot`` (the ``vmlinuz-*`` kernels: the next boot's is the newest,
-  ``fabricops.ofed.next_boot_kernel``), ``dkms status`` (``fabricops.parsers.dkms``);
+  ``fabricops.doca.next_boot_kernel``), ``dkms status`` (``fabricops.parsers.dkms``; the gaps:
+  ``fabricops.doca.dkms_gaps``, the stack's modules ``fabricops.doca.stack_dkms_modules``);
 - ``/sys/firmware/efi`` present or not, ``mokutil --sb-state``, ``/var/lib/dkms/mok.pub`` present or not,
   ``mokutil --test-key /var/lib/dkms/mok.pub`` (``fabricops.parsers.mokutil``) and
   ``modinfo -F signer mlx5_core``.
@@ -39,8 +40,6 @@ FW_CHECKS = ("nic_fw_reset_pending", "nic_fw_config", "nic_fw_version", "dkms_mo
 PROBE_KEY = "fw_probe"
 #: the dkms signing key dkms 3 generates on its first build (dkms(8), ``mok_signing_key``/``mok_certificate``)
 MOK_PUB = "/var/lib/dkms/mok.pub"
-#: the DKMS module of DOCA-Host's kernel drivers (package mlnx-ofed-kernel-dkms)
-DEFAULT_DKMS_MODULES = ("mlnx-ofed-kernel",)
 DEFAULT_DKMS_KERNELS = ("running", "next")
 DKMS_METHODS = ("doca",)
 
@@ -74,7 +73,8 @@ class FirmwareExpect:
     versions: Any = field(default_factory=dict)
     install_method: str = "tarball"
     dkms_kernels: tuple[str, ...] = DEFAULT_DKMS_KERNELS
-    dkms_modules: tuple[str, ...] = DEFAULT_DKMS_MODULES
+    #: None: the stack's (fabricops.doca.stack_dkms_modules: mlnx-ofed-kernel + the optional ones dkms lists)
+    dkms_modules: tuple[str, ...] | None = None
 
     @property
     def config_declared(self) -> bool:
@@ -107,7 +107,8 @@ def expect_from_hostvars(hostvars: Mapping[str, Any]) -> FirmwareExpect:
         versions=hostvars.get("nic_firmware_versions") or {},
         install_method=str(hostvars.get("mlnx_ofed_install_method") or "tarball"),
         dkms_kernels=seq(hostvars.get("mlnx_ofed_dkms_kernels"), DEFAULT_DKMS_KERNELS),
-        dkms_modules=seq(hostvars.get("fabricops_verify_dkms_modules"), DEFAULT_DKMS_MODULES),
+        dkms_modules=seq(hostvars["fabricops_verify_dkms_modules"])
+        if hostvars.get("fabricops_verify_dkms_modules") else None,
     )
 
 
@@ -464,13 +465,13 @@ def _pci(value: Any) -> str:
     return v if v.count(":") == 2 else f"0000:{v}"
 
 
-def kernels(fw: FirmwareExpect, running: str | None, next_boot: str | None) -> dict[str, list[str]]:
-    """kernel release -> [running|next|declared] from mlnx_ofed_dkms_kernels."""
+def kernels(doca: Any, fw: FirmwareExpect, running: str, next_boot: str | None) -> dict[str, list[str]]:
+    """kernel release -> [running|next|declared]: mlnx_ofed_dkms_kernels as the role reads it
+    (fabricops.doca.dkms_kernels), each kernel labelled by the boot it serves."""
+    wanted = [k for k in fw.dkms_kernels if next_boot or k != "next"]
     out: dict[str, list[str]] = {}
-    for k in fw.dkms_kernels:
-        rel = running if k == "running" else next_boot if k == "next" else k
-        if rel:
-            out.setdefault(rel, []).append(k if k in ("running", "next") else "declared")
+    for rel in doca.dkms_kernels(wanted, running, next_boot or ""):
+        out[rel] = [b for b, k in (("running", running), ("next", next_boot)) if k == rel] or ["declared"]
     return out
 
 
@@ -486,7 +487,7 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
         return [Item("dkms_modules", None, ERROR, f"{host}: running kernel unknown ({why or 'uname -r empty'}): "
                      "failing closed")]
     try:
-        ofed = _mod("fabricops.ofed")
+        doca = _mod("fabricops.doca")
         dkms = _mod("fabricops.parsers.dkms")
     except ImportError as exc:
         return [Item("dkms_modules", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")]
@@ -495,10 +496,9 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     if boot is not None:
         names = [n.strip() for n in boot.splitlines() if n.strip().startswith("vmlinuz-")]
         try:
-            next_boot = ofed.next_boot_kernel(names, running) if names else None
+            next_boot = doca.next_boot_kernel(names, running) if names else None
         except (ValueError, FabricopsError):
             next_boot = None
-    want = kernels(fw, running, next_boot)
     if "next" in fw.dkms_kernels and next_boot is None:
         out.append(Item("dkms_modules", "next", ERROR, f"{host}: next-boot kernel unknown ("
                         f"{why_b or 'no /boot/vmlinuz-*'}): its DKMS modules cannot be checked (failing closed)"))
@@ -513,9 +513,10 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
         status = dkms.parse_status(text)
     except ParseError as exc:
         return out + [Item("dkms_modules", None, ERROR, f"{host}: dkms status unreadable ({exc}): failing closed")]
-    for rel_, boots in want.items():
+    modules = list(fw.dkms_modules or doca.stack_dkms_modules(status))
+    for rel_, boots in kernels(doca, fw, running, next_boot).items():
         boot_s = "+".join(boots)
-        gaps = ofed.dkms_gaps(status, list(fw.dkms_modules), [rel_])
+        gaps = doca.dkms_gaps(status, modules, [rel_])
         info = {"kernel": rel_, "boot": boot_s, "running": running, "next": next_boot}
         if gaps:
             listing = ", ".join(f"{g['module']} ({g.get('state') or 'not built'})" for g in gaps)
@@ -531,7 +532,7 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
                 details={**info, "missing": gaps}))
         else:
             out.append(Item("dkms_modules", rel_, PASS, f"{host} kernel {rel_} ({boot_s}): DKMS modules "
-                            f"{', '.join(fw.dkms_modules)} installed", measured=[], threshold=[], details=info))
+                            f"{', '.join(modules)} installed", measured=[], threshold=[], details=info))
     return out
 
 

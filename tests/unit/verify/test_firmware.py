@@ -1,7 +1,7 @@
 """NIC firmware, DKMS and Secure Boot checks (fabricops.verify.firmware).
 
 The judging is tested on the SPEC-20 shapes of the parsers' and the logic's results (A1 mlxconfig,
-A2 mlxfwmanager, A4 dkms, A5 mokutil, B1 firmware.declared, B2 ofed.next_boot_kernel/dkms_gaps):
+A2 mlxfwmanager, A4 dkms, A5 mokutil, B1 firmware.declared; B2 is the real fabricops.doca):
 each probe section's stdout below is that shape as JSON and ``_FAKES`` read it back, so the tests
 do not depend on the other helpers' parsers (their own tests hold their real captures). The probe
 format itself (``@@fabricops KEY`` ... ``@@rc N``) is this module's own.
@@ -62,21 +62,6 @@ def _declared(presets, config, device_config, device, ports=1):
     return out
 
 
-def _gaps(status, modules, kernels):
-    out = []
-    for m in modules:
-        for k in kernels:
-            hit = [s for s in status if s["module"] == m and s["kernel"] == k]
-            if not any(s["state"] == "installed" for s in hit):
-                out.append({"module": m, "kernel": k, "state": hit[0]["state"] if hit else None})
-    return out
-
-
-def _newest(names, running):
-    rels = [n.removeprefix("vmlinuz-") for n in names]
-    return max(rels, key=lambda r: [int(x) if x.isdigit() else 0 for x in r.replace("-", ".").split(".")])
-
-
 def _sb(text):
     if "SecureBoot enabled" in text:
         return True
@@ -105,13 +90,16 @@ _FAKES = {
     "fabricops.parsers.dkms": types.SimpleNamespace(parse_status=_load),
     "fabricops.parsers.mokutil": types.SimpleNamespace(parse_sb_state=_sb, parse_test_key=_tk),
     "fabricops.firmware": types.SimpleNamespace(declared=_declared),
-    "fabricops.ofed": types.SimpleNamespace(next_boot_kernel=_newest, dkms_gaps=_gaps),
 }
 
 
 @pytest.fixture(autouse=True)
 def fakes(monkeypatch):
-    monkeypatch.setattr(firmware, "_mod", lambda name: _FAKES[name])
+    """The parsers read the JSON shapes; the logic is the real one (fabricops.doca) except
+    firmware.declared, faked so the tests name their own declared settings."""
+    import importlib
+
+    monkeypatch.setattr(firmware, "_mod", lambda name: _FAKES.get(name) or importlib.import_module(name))
 
 
 def _query(configs, columns=("default", "current", "next")):
@@ -468,8 +456,7 @@ def _real(name):
         mod = importlib.import_module(name)
     except ImportError:
         return _FAKES[name]
-    need = {"fabricops.firmware": ("declared",), "fabricops.ofed": ("next_boot_kernel", "dkms_gaps")}[name]
-    return mod if all(hasattr(mod, n) for n in need) else _FAKES[name]
+    return mod
 
 
 def test_real_captures_reset_pending_burned_not_running_and_key_not_enrolled(monkeypatch):
@@ -484,9 +471,12 @@ def test_real_captures_reset_pending_burned_not_running_and_key_not_enrolled(mon
         dkms=_capture("dkms-status/dkms3_i915_sriov_diff_warning.txt"),
         uname="6.11.11-1-pve", boot="vmlinuz-6.11.11-1-pve\nvmlinuz-6.11.11-2-pve\n",
     )
-    fw = firmware.FirmwareExpect(config={"KEEP_IB_LINK_UP_P2": "True"}, versions={"MT_0000000838": "28.47.1026"},
+    fw = firmware.FirmwareExpect(config={"KEEP_LINK_UP_ON_BOOT_P2": "False"}, versions={"MT_0000000838": "28.47.1026"},
                                  install_method="doca", dkms_modules=("i915-sriov-dkms",))
+    res["stdout"] = res["stdout"].replace(f"@@hca mlx5_0 {bdf}\n", f"@@hca mlx5_0 {bdf} 2\n")  # two ports
     items = {(i.check, i.device): i for i in firmware.judge("gpu01", fw, res, set(firmware.FW_CHECKS))}
+    c = items[("nic_fw_config", "mlx5_0")]
+    assert c.status == PASS and c.details["declared"] == {"KEEP_LINK_UP_ON_BOOT_P2": "False"}
     r = items[("nic_fw_reset_pending", "mlx5_0")]
     assert r.status == FAIL and "MEMIC_SIZE_LIMIT current _256KB(1) next boot DISABLED(0)" in r.message
     v = items[("nic_fw_version", "mlx5_0")]
