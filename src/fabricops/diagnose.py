@@ -372,7 +372,8 @@ def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Finding]:
 
 #: what a host sees when the finding's fault is there (the symptom), per finding kind
 _FW_SYMPTOM = {
-    "nic_fw_reset_pending": "NIC firmware settings or image not active (behaviour changes at the next reset/reboot)",
+    "nic_fw_reset_pending": "NIC firmware settings or image not active (behaviour changes at the "
+    "next reset/reboot)",
     "nic_fw_noncompliant": "NIC firmware differs from the inventory (ATS/PCI/RoCE settings or version)",
     "dkms_modules_missing": "RDMA driver missing for a kernel (ports absent now, or after the next boot)",
     "secure_boot_key_not_enrolled": "RDMA driver rejected by Secure Boot ('Key was rejected by service')",

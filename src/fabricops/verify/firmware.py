@@ -108,7 +108,8 @@ def expect_from_hostvars(hostvars: Mapping[str, Any]) -> FirmwareExpect:
         install_method=str(hostvars.get("mlnx_ofed_install_method") or "tarball"),
         dkms_kernels=seq(hostvars.get("mlnx_ofed_dkms_kernels"), DEFAULT_DKMS_KERNELS),
         dkms_modules=seq(hostvars["fabricops_verify_dkms_modules"])
-        if hostvars.get("fabricops_verify_dkms_modules") else None,
+        if hostvars.get("fabricops_verify_dkms_modules")
+        else None,
     )
 
 
@@ -119,7 +120,7 @@ _PROBE_FN = (
     'echo "@@rc $?"; else echo "$1: command not found"; echo "@@rc 127"; fi; }; '
 )
 _PROBE_FW = (
-    "for d in /sys/class/infiniband/*/device; do [ -e \"$d\" ] || continue; n=${d%/device}; n=${n##*/}; "
+    'for d in /sys/class/infiniband/*/device; do [ -e "$d" ] || continue; n=${d%/device}; n=${n##*/}; '
     'b=$(basename "$(readlink -f "$d")"); echo "@@hca $n $b $(ls "/sys/class/infiniband/$n/ports" | wc -l)"; '
     't "mlxconfig:$n" mlxconfig -d "$b" -e q; done; '
     "t mlxfwmanager mlxfwmanager --query; "
@@ -158,7 +159,9 @@ class Probe:
 
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     hcas: dict[str, str] = field(default_factory=dict)  #: mlx5_0 -> 0000:41:00.0
-    ports: dict[str, int] = field(default_factory=dict)  #: mlx5_0 -> its ports in sysfs (as fabric_facts counts)
+    ports: dict[str, int] = field(
+        default_factory=dict
+    )  #: mlx5_0 -> its ports in sysfs (as fabric_facts counts)
     flags: dict[str, bool] = field(default_factory=dict)  #: efi, keyfile
     error: str | None = None  #: why the probe itself gave nothing usable
 
@@ -198,7 +201,9 @@ def split_probe(res: Mapping[str, Any] | None) -> Probe:
         probe.sections[cur] = {"rc": None, "stdout": "\n".join(buf)}
     if res.get("rc") not in (0, None) and not probe.sections:
         lines = (res.get("stderr") or text or "").strip().splitlines()
-        probe.error = f"the firmware/DKMS probe failed: {lines[-1] if lines else 'exit ' + str(res.get('rc'))}"
+        probe.error = (
+            f"the firmware/DKMS probe failed: {lines[-1] if lines else 'exit ' + str(res.get('rc'))}"
+        )
     return probe
 
 
@@ -251,8 +256,10 @@ def _hcas(fw: FirmwareExpect, probe: Probe, planned: Sequence[str]) -> tuple[lis
     for dev in wanted:
         if dev not in found:
             errs.append(dev)
-    return [d for d in wanted if d in found], errs, (
-        "nic_firmware_devices" if fw.devices else "every RDMA device"
+    return (
+        [d for d in wanted if d in found],
+        errs,
+        ("nic_firmware_devices" if fw.devices else "every RDMA device"),
     )
 
 
@@ -261,35 +268,61 @@ def _device_ports(dev: str, ports: Mapping[str, int]) -> int:
 
 
 def judge_config(
-    host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence[str] = (), ports: Mapping[str, int] | None = None
+    host: str,
+    fw: FirmwareExpect,
+    probe: Probe,
+    planned: Sequence[str] = (),
+    ports: Mapping[str, int] | None = None,
 ) -> list[Item]:
     """nic_fw_config and nic_fw_reset_pending (configuration part) per HCA."""
     out: list[Item] = []
     if not fw.fw_declared:
         why = f"{host}: no nic_firmware_* state declared in the inventory (not applicable)"
         return [Item("nic_fw_config", None, SKIP, why), Item("nic_fw_reset_pending", None, SKIP, why)]
-    devs, missing, scope = _hcas(fw, probe, planned)
+    devs, missing, _scope = _hcas(fw, probe, planned)
     for dev in missing:
         for check in ("nic_fw_config", "nic_fw_reset_pending"):
-            out.append(Item(check, dev, ERROR, f"{host} {dev}: no /sys/class/infiniband/{dev}/device "
-                            f"(RDMA device not found): firmware state cannot be read (failing closed)"))
+            out.append(
+                Item(
+                    check,
+                    dev,
+                    ERROR,
+                    f"{host} {dev}: no /sys/class/infiniband/{dev}/device "
+                    f"(RDMA device not found): firmware state cannot be read (failing closed)",
+                )
+            )
     if not devs and not missing:
         for check in ("nic_fw_config", "nic_fw_reset_pending"):
-            out.append(Item(check, None, ERROR, f"{host}: no RDMA device in /sys/class/infiniband "
-                            f"({probe.error or 'none found'}): firmware declared, nothing to read (failing closed)"))
+            out.append(
+                Item(
+                    check,
+                    None,
+                    ERROR,
+                    f"{host}: no RDMA device in /sys/class/infiniband "
+                    f"({probe.error or 'none found'}): firmware declared, nothing to read (failing closed)",
+                )
+            )
         return out
     try:
         mlxconfig = _mod("fabricops.parsers.mlxconfig")
     except ImportError as exc:
-        return [Item(c, None, ERROR, f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)")
-                for c in ("nic_fw_config", "nic_fw_reset_pending")]
+        return [
+            Item(c, None, ERROR, f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)")
+            for c in ("nic_fw_config", "nic_fw_reset_pending")
+        ]
     firmware: Any = None
     if fw.config_declared:
         try:
             firmware = _mod("fabricops.firmware")
         except ImportError as exc:
-            out.append(Item("nic_fw_config", None, ERROR,
-                            f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)"))
+            out.append(
+                Item(
+                    "nic_fw_config",
+                    None,
+                    ERROR,
+                    f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)",
+                )
+            )
             firmware = False
     for dev in devs:
         bdf = probe.hcas[dev]
@@ -297,166 +330,368 @@ def judge_config(
         if why:
             hint = f"; {REMEDY['mft']}" if absent else ""
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
-                out.append(Item(check, dev, ERROR, f"{host} {dev} ({bdf}): {why}{hint}: the inventory "
-                                "declares its firmware state, which cannot be checked (failing closed)",
-                                remedy=REMEDY["mft"] if absent else None))
+                out.append(
+                    Item(
+                        check,
+                        dev,
+                        ERROR,
+                        f"{host} {dev} ({bdf}): {why}{hint}: the inventory "
+                        "declares its firmware state, which cannot be checked (failing closed)",
+                        remedy=REMEDY["mft"] if absent else None,
+                    )
+                )
             continue
         try:
             q = mlxconfig.parse_query(text)
         except ParseError as exc:
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
-                out.append(Item(check, dev, ERROR, f"{host} {dev} ({bdf}): mlxconfig output unreadable "
-                                f"({exc}): failing closed"))
+                out.append(
+                    Item(
+                        check,
+                        dev,
+                        ERROR,
+                        f"{host} {dev} ({bdf}): mlxconfig output unreadable ({exc}): failing closed",
+                    )
+                )
             continue
         configs = q.get("configs") or {}
         if "current" not in (q.get("columns") or []):
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
-                out.append(Item(check, dev, ERROR, f"{host} {dev} ({bdf}): mlxconfig printed no Current "
-                                "column (needs -e): failing closed"))
+                out.append(
+                    Item(
+                        check,
+                        dev,
+                        ERROR,
+                        f"{host} {dev} ({bdf}): mlxconfig printed no Current "
+                        "column (needs -e): failing closed",
+                    )
+                )
             continue
         # reset pending: a stored (next boot) value the running firmware does not use yet
-        pending = {k: (c.get("current"), c.get("next")) for k, c in sorted(configs.items())
-                   if "next" in c and "current" in c and not mlxconfig.same(c["current"], c["next"])}
+        pending = {
+            k: (c.get("current"), c.get("next"))
+            for k, c in sorted(configs.items())
+            if "next" in c and "current" in c and not mlxconfig.same(c["current"], c["next"])
+        }
         if pending:
             listing = ", ".join(f"{k} current {cur} next boot {nxt}" for k, (cur, nxt) in pending.items())
-            out.append(Item(
-                "nic_fw_reset_pending", dev, FAIL,
-                f"{host} {dev} ({bdf}): firmware reset pending: {listing}; {REMEDY['reset']}",
-                kind="nic_fw_reset_pending",
-                cause=f"{dev}: mlxconfig values set for the next boot are not active until a firmware reset "
-                "(mlxfwreset) or a reboot",
-                remedy=REMEDY["reset"], measured=sorted(pending), threshold=[],
-                details={"bdf": bdf, "pending": {k: {"current": c, "next": n} for k, (c, n) in pending.items()}},
-            ))
+            out.append(
+                Item(
+                    "nic_fw_reset_pending",
+                    dev,
+                    FAIL,
+                    f"{host} {dev} ({bdf}): firmware reset pending: {listing}; {REMEDY['reset']}",
+                    kind="nic_fw_reset_pending",
+                    cause=f"{dev}: mlxconfig values set for the next boot are not active until a "
+                    "firmware reset "
+                    "(mlxfwreset) or a reboot",
+                    remedy=REMEDY["reset"],
+                    measured=sorted(pending),
+                    threshold=[],
+                    details={
+                        "bdf": bdf,
+                        "pending": {k: {"current": c, "next": n} for k, (c, n) in pending.items()},
+                    },
+                )
+            )
         else:
-            out.append(Item("nic_fw_reset_pending", dev, PASS,
-                            f"{host} {dev} ({bdf}): no configuration reset pending (next boot == current "
-                            f"for {len(configs)} settings)", measured=[], threshold=[], details={"bdf": bdf}))
+            out.append(
+                Item(
+                    "nic_fw_reset_pending",
+                    dev,
+                    PASS,
+                    f"{host} {dev} ({bdf}): no configuration reset pending (next boot == current "
+                    f"for {len(configs)} settings)",
+                    measured=[],
+                    threshold=[],
+                    details={"bdf": bdf},
+                )
+            )
         if firmware is False:
             continue
         if firmware is None:
-            out.append(Item("nic_fw_config", dev, SKIP, f"{host} {dev}: no nic_firmware_presets/config/"
-                            "device_config declared (only versions): not applicable"))
+            out.append(
+                Item(
+                    "nic_fw_config",
+                    dev,
+                    SKIP,
+                    f"{host} {dev}: no nic_firmware_presets/config/"
+                    "device_config declared (only versions): not applicable",
+                )
+            )
             continue
         try:
-            want = firmware.declared(list(fw.presets), dict(fw.config), dict(fw.device_config), dev,
-                                     _device_ports(dev, probe.ports or ports or {}))
+            want = firmware.declared(
+                list(fw.presets),
+                dict(fw.config),
+                dict(fw.device_config),
+                dev,
+                _device_ports(dev, probe.ports or ports or {}),
+            )
         except (FabricopsError, ValueError, TypeError) as exc:
-            out.append(Item("nic_fw_config", dev, ERROR, f"{host} {dev}: nic_firmware_presets/config/"
-                            f"device_config do not validate ({exc}): failing closed"))
+            out.append(
+                Item(
+                    "nic_fw_config",
+                    dev,
+                    ERROR,
+                    f"{host} {dev}: nic_firmware_presets/config/"
+                    f"device_config do not validate ({exc}): failing closed",
+                )
+            )
             continue
         bad, ok = [], []
         for key, value in sorted(want.items()):
             c = configs.get(key)
             if c is None:
-                bad.append((key, f"{key}: declared {value}, not a setting of this device's firmware "
-                            "(not in mlxconfig q; the role refuses it)", "config"))
+                bad.append(
+                    (
+                        key,
+                        f"{key}: declared {value}, not a setting of this device's firmware "
+                        "(not in mlxconfig q; the role refuses it)",
+                        "config",
+                    )
+                )
                 continue
             cur, nxt = c.get("current"), c.get("next")
             cur_ok, nxt_ok = mlxconfig.same(str(value), cur), mlxconfig.same(str(value), nxt)
             if cur_ok and nxt_ok:
                 ok.append(key)
             elif nxt_ok:
-                bad.append((key, f"{key}: current {cur}, declared {value}; next boot already {nxt} "
-                            "(reset pending)", "reset"))
+                bad.append(
+                    (
+                        key,
+                        f"{key}: current {cur}, declared {value}; next boot already {nxt} (reset pending)",
+                        "reset",
+                    )
+                )
             elif cur_ok:
-                bad.append((key, f"{key}: current {cur} == declared, but next boot {nxt}: a reset or "
-                            "reboot would change it", "config"))
+                bad.append(
+                    (
+                        key,
+                        f"{key}: current {cur} == declared, but next boot {nxt}: a reset or "
+                        "reboot would change it",
+                        "config",
+                    )
+                )
             else:
                 bad.append((key, f"{key}: current {cur}, next boot {nxt}, declared {value}", "config"))
         if bad:
             remedy = REMEDY["config"] if any(r == "config" for _k, _m, r in bad) else REMEDY["reset"]
-            out.append(Item(
-                "nic_fw_config", dev, FAIL,
-                f"{host} {dev} ({bdf}): firmware configuration differs from the inventory: "
-                + "; ".join(m for _k, m, _r in bad) + f"; {remedy}",
-                kind="nic_fw_noncompliant",
-                cause=f"{dev}: mlxconfig settings changed out of band or never applied (declared in "
-                "nic_firmware_presets/config/device_config)",
-                remedy=remedy, measured=[k for k, _m, _r in bad], threshold=[],
-                details={"bdf": bdf, "declared": want,
-                         "device": {k: {c: v for c, v in (configs.get(k) or {}).items() if c != "modified"}
-                                    for k, _m, _r in bad}},
-            ))
+            out.append(
+                Item(
+                    "nic_fw_config",
+                    dev,
+                    FAIL,
+                    f"{host} {dev} ({bdf}): firmware configuration differs from the inventory: "
+                    + "; ".join(m for _k, m, _r in bad)
+                    + f"; {remedy}",
+                    kind="nic_fw_noncompliant",
+                    cause=f"{dev}: mlxconfig settings changed out of band or never applied (declared in "
+                    "nic_firmware_presets/config/device_config)",
+                    remedy=remedy,
+                    measured=[k for k, _m, _r in bad],
+                    threshold=[],
+                    details={
+                        "bdf": bdf,
+                        "declared": want,
+                        "device": {
+                            k: {c: v for c, v in (configs.get(k) or {}).items() if c != "modified"}
+                            for k, _m, _r in bad
+                        },
+                    },
+                )
+            )
         else:
-            out.append(Item("nic_fw_config", dev, PASS, f"{host} {dev} ({bdf}): {len(ok)} declared firmware "
-                            "settings match (current and next boot)", measured=[], threshold=[],
-                            details={"bdf": bdf, "declared": want}))
+            out.append(
+                Item(
+                    "nic_fw_config",
+                    dev,
+                    PASS,
+                    f"{host} {dev} ({bdf}): {len(ok)} declared firmware "
+                    "settings match (current and next boot)",
+                    measured=[],
+                    threshold=[],
+                    details={"bdf": bdf, "declared": want},
+                )
+            )
     return out
 
 
 def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence[str] = ()) -> list[Item]:
     """nic_fw_version (running vs the pin of its PSID) and the burned-not-running reset."""
     if not fw.versions:
-        return [Item("nic_fw_version", None, SKIP,
-                     f"{host}: nic_firmware_versions is empty (firmware versions not managed)")]
+        return [
+            Item(
+                "nic_fw_version",
+                None,
+                SKIP,
+                f"{host}: nic_firmware_versions is empty (firmware versions not managed)",
+            )
+        ]
     if not isinstance(fw.versions, Mapping):
-        return [Item("nic_fw_version", None, ERROR,
-                     f"{host}: nic_firmware_versions must map PSID -> version: failing closed")]
+        return [
+            Item(
+                "nic_fw_version",
+                None,
+                ERROR,
+                f"{host}: nic_firmware_versions must map PSID -> version: failing closed",
+            )
+        ]
     devs, missing, _scope = _hcas(fw, probe, planned)
-    out = [Item("nic_fw_version", d, ERROR, f"{host} {d}: RDMA device not found in /sys/class/infiniband "
-                "(failing closed)") for d in missing]
+    out = [
+        Item(
+            "nic_fw_version",
+            d,
+            ERROR,
+            f"{host} {d}: RDMA device not found in /sys/class/infiniband (failing closed)",
+        )
+        for d in missing
+    ]
     text, why, absent = _section(probe, "mlxfwmanager", "mlxfwmanager --query")
     if why:
-        return out + [Item("nic_fw_version", None, ERROR,
-                           f"{host}: {why}" + (f"; {REMEDY['mft']}" if absent else "")
-                           + ": nic_firmware_versions pins firmware, which cannot be checked (failing closed)",
-                           remedy=REMEDY["mft"] if absent else None)]
+        return [
+            *out,
+            Item(
+                "nic_fw_version",
+                None,
+                ERROR,
+                f"{host}: {why}"
+                + (f"; {REMEDY['mft']}" if absent else "")
+                + ": nic_firmware_versions pins firmware, which cannot be checked (failing closed)",
+                remedy=REMEDY["mft"] if absent else None,
+            ),
+        ]
     try:
         mfw = _mod("fabricops.parsers.mlxfwmanager")
         records = mfw.parse_query(text)
     except ImportError as exc:
-        return out + [Item("nic_fw_version", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")]
+        return [
+            *out,
+            Item("nic_fw_version", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed"),
+        ]
     except ParseError as exc:
-        return out + [Item("nic_fw_version", None, ERROR,
-                           f"{host}: mlxfwmanager --query output unreadable ({exc}): failing closed")]
+        return [
+            *out,
+            Item(
+                "nic_fw_version",
+                None,
+                ERROR,
+                f"{host}: mlxfwmanager --query output unreadable ({exc}): failing closed",
+            ),
+        ]
     by_pci = {_pci(r.get("pci")): r for r in records if r.get("pci")}
     pins = {str(k): str(v) for k, v in fw.versions.items()}
     if not devs and not missing:
-        out.append(Item("nic_fw_version", None, ERROR, f"{host}: no RDMA device in /sys/class/infiniband: "
-                        "nic_firmware_versions pins firmware, nothing to read (failing closed)"))
+        out.append(
+            Item(
+                "nic_fw_version",
+                None,
+                ERROR,
+                f"{host}: no RDMA device in /sys/class/infiniband: "
+                "nic_firmware_versions pins firmware, nothing to read (failing closed)",
+            )
+        )
     for dev in devs:
         bdf = probe.hcas[dev]
         rec = by_pci.get(_pci(bdf))
         if rec is None:
-            out.append(Item("nic_fw_version", dev, ERROR, f"{host} {dev} ({bdf}): not in mlxfwmanager --query "
-                            f"({len(records)} devices listed): failing closed"))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    ERROR,
+                    f"{host} {dev} ({bdf}): not in mlxfwmanager --query "
+                    f"({len(records)} devices listed): failing closed",
+                )
+            )
             continue
         psid = rec.get("psid")
         burned, running = mfw.fw_burned(rec), mfw.fw_running(rec)
         pinned = pins.get(str(psid))
-        info = {"bdf": bdf, "psid": psid, "running": running, "burned": burned, "pinned": pinned,
-                "part_number": rec.get("part_number")}
+        info = {
+            "bdf": bdf,
+            "psid": psid,
+            "running": running,
+            "burned": burned,
+            "pinned": pinned,
+            "part_number": rec.get("part_number"),
+        }
         if pinned is None:
-            out.append(Item("nic_fw_version", dev, SKIP, f"{host} {dev} ({bdf}): PSID {psid} not pinned in "
-                            f"nic_firmware_versions (running {running}): not managed", details=info))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    SKIP,
+                    f"{host} {dev} ({bdf}): PSID {psid} not pinned in "
+                    f"nic_firmware_versions (running {running}): not managed",
+                    details=info,
+                )
+            )
         elif running == pinned and burned == pinned:
-            out.append(Item("nic_fw_version", dev, PASS, f"{host} {dev} ({bdf}): firmware {running} == pin "
-                            f"for {psid}", measured=running, threshold=pinned, details=info))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    PASS,
+                    f"{host} {dev} ({bdf}): firmware {running} == pin for {psid}",
+                    measured=running,
+                    threshold=pinned,
+                    details=info,
+                )
+            )
         elif burned == pinned:
-            out.append(Item(
-                "nic_fw_version", dev, FAIL,
-                f"{host} {dev} ({bdf}): PSID {psid} pinned {pinned} is burned but firmware {running} is still "
-                f"running (reset pending); {REMEDY['reset']}",
-                kind="nic_fw_reset_pending",
-                cause=f"{dev}: the pinned image was burned; the new firmware runs only after a firmware reset or "
-                "a reboot", remedy=REMEDY["reset"], measured=running, threshold=pinned, details=info))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    FAIL,
+                    f"{host} {dev} ({bdf}): PSID {psid} pinned {pinned} is burned but firmware "
+                    f"{running} is still "
+                    f"running (reset pending); {REMEDY['reset']}",
+                    kind="nic_fw_reset_pending",
+                    cause=f"{dev}: the pinned image was burned; the new firmware runs only after a "
+                    "firmware reset or "
+                    "a reboot",
+                    remedy=REMEDY["reset"],
+                    measured=running,
+                    threshold=pinned,
+                    details=info,
+                )
+            )
         elif running == pinned:
-            out.append(Item(
-                "nic_fw_version", dev, FAIL,
-                f"{host} {dev} ({bdf}): PSID {psid} runs the pinned {pinned} but {burned} is burned: a reset or "
-                f"reboot would activate it; {REMEDY['update']}",
-                kind="nic_fw_noncompliant",
-                cause=f"{dev}: another firmware image was burned out of band", remedy=REMEDY["update"],
-                measured=burned, threshold=pinned, details=info))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    FAIL,
+                    f"{host} {dev} ({bdf}): PSID {psid} runs the pinned {pinned} but {burned} is "
+                    "burned: a reset or "
+                    f"reboot would activate it; {REMEDY['update']}",
+                    kind="nic_fw_noncompliant",
+                    cause=f"{dev}: another firmware image was burned out of band",
+                    remedy=REMEDY["update"],
+                    measured=burned,
+                    threshold=pinned,
+                    details=info,
+                )
+            )
         else:
-            out.append(Item(
-                "nic_fw_version", dev, FAIL,
-                f"{host} {dev} ({bdf}): PSID {psid} runs firmware {running} (burned {burned}), pinned {pinned}; "
-                f"{REMEDY['update']}",
-                kind="nic_fw_noncompliant",
-                cause=f"{dev}: firmware updated or downgraded out of band, or the pin never applied",
-                remedy=REMEDY["update"], measured=running, threshold=pinned, details=info))
+            out.append(
+                Item(
+                    "nic_fw_version",
+                    dev,
+                    FAIL,
+                    f"{host} {dev} ({bdf}): PSID {psid} runs firmware {running} (burned {burned}), "
+                    f"pinned {pinned}; "
+                    f"{REMEDY['update']}",
+                    kind="nic_fw_noncompliant",
+                    cause=f"{dev}: firmware updated or downgraded out of band, or the pin never applied",
+                    remedy=REMEDY["update"],
+                    measured=running,
+                    threshold=pinned,
+                    details=info,
+                )
+            )
     return out
 
 
@@ -478,14 +713,26 @@ def kernels(doca: Any, fw: FirmwareExpect, running: str, next_boot: str | None) 
 def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     """dkms_modules: the DKMS modules are installed for the running and the next-boot kernel."""
     if not fw.dkms:
-        return [Item("dkms_modules", None, SKIP, f"{host}: mlnx_ofed_install_method {fw.install_method} "
-                     "(not a DKMS stack): not applicable")]
+        return [
+            Item(
+                "dkms_modules",
+                None,
+                SKIP,
+                f"{host}: mlnx_ofed_install_method {fw.install_method} (not a DKMS stack): not applicable",
+            )
+        ]
     out: list[Item] = []
     rel, why, _ = _section(probe, "uname", "uname -r")
     running = (rel or "").strip() or None
     if running is None:
-        return [Item("dkms_modules", None, ERROR, f"{host}: running kernel unknown ({why or 'uname -r empty'}): "
-                     "failing closed")]
+        return [
+            Item(
+                "dkms_modules",
+                None,
+                ERROR,
+                f"{host}: running kernel unknown ({why or 'uname -r empty'}): failing closed",
+            )
+        ]
     try:
         doca = _mod("fabricops.doca")
         dkms = _mod("fabricops.parsers.dkms")
@@ -500,19 +747,36 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
         except (ValueError, FabricopsError):
             next_boot = None
     if "next" in fw.dkms_kernels and next_boot is None:
-        out.append(Item("dkms_modules", "next", ERROR, f"{host}: next-boot kernel unknown ("
-                        f"{why_b or 'no /boot/vmlinuz-*'}): its DKMS modules cannot be checked (failing closed)"))
+        out.append(
+            Item(
+                "dkms_modules",
+                "next",
+                ERROR,
+                f"{host}: next-boot kernel unknown ("
+                f"{why_b or 'no /boot/vmlinuz-*'}): its DKMS modules cannot be checked (failing closed)",
+            )
+        )
     text, why_d, absent = _section(probe, "dkms", "dkms status")
     if why_d:
-        return out + [Item("dkms_modules", None, ERROR,
-                           f"{host}: {why_d}: mlnx_ofed_install_method {fw.install_method} builds the kernel "
-                           "modules with DKMS, which cannot be checked (failing closed)"
-                           + (f"; {REMEDY['dkms']}" if absent else ""),
-                           remedy=REMEDY["dkms"] if absent else None)]
+        return [
+            *out,
+            Item(
+                "dkms_modules",
+                None,
+                ERROR,
+                f"{host}: {why_d}: mlnx_ofed_install_method {fw.install_method} builds the kernel "
+                "modules with DKMS, which cannot be checked (failing closed)"
+                + (f"; {REMEDY['dkms']}" if absent else ""),
+                remedy=REMEDY["dkms"] if absent else None,
+            ),
+        ]
     try:
         status = dkms.parse_status(text)
     except ParseError as exc:
-        return out + [Item("dkms_modules", None, ERROR, f"{host}: dkms status unreadable ({exc}): failing closed")]
+        return [
+            *out,
+            Item("dkms_modules", None, ERROR, f"{host}: dkms status unreadable ({exc}): failing closed"),
+        ]
     modules = list(fw.dkms_modules or doca.stack_dkms_modules(status))
     for rel_, boots in kernels(doca, fw, running, next_boot).items():
         boot_s = "+".join(boots)
@@ -520,95 +784,214 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
         info = {"kernel": rel_, "boot": boot_s, "running": running, "next": next_boot}
         if gaps:
             listing = ", ".join(f"{g['module']} ({g.get('state') or 'not built'})" for g in gaps)
-            when = ("the running kernel: the modules do not load now" if "running" in boots
-                    else "the next-boot kernel: the host boots without its RDMA driver")
-            out.append(Item(
-                "dkms_modules", rel_, FAIL,
-                f"{host} kernel {rel_} ({boot_s}): DKMS modules missing: {listing} for {when}; {REMEDY['dkms']}",
-                kind="dkms_modules_missing",
-                cause=(f"DKMS modules not built for {when}: a kernel installed without its headers, a failed "
-                       "build, or the modules removed"),
-                remedy=REMEDY["dkms"], measured=[g["module"] for g in gaps], threshold=[],
-                details={**info, "missing": gaps}))
+            when = (
+                "the running kernel: the modules do not load now"
+                if "running" in boots
+                else "the next-boot kernel: the host boots without its RDMA driver"
+            )
+            out.append(
+                Item(
+                    "dkms_modules",
+                    rel_,
+                    FAIL,
+                    f"{host} kernel {rel_} ({boot_s}): DKMS modules missing: {listing} for {when}; "
+                    f"{REMEDY['dkms']}",
+                    kind="dkms_modules_missing",
+                    cause=(
+                        f"DKMS modules not built for {when}: a kernel installed without its "
+                        "headers, a failed "
+                        "build, or the modules removed"
+                    ),
+                    remedy=REMEDY["dkms"],
+                    measured=[g["module"] for g in gaps],
+                    threshold=[],
+                    details={**info, "missing": gaps},
+                )
+            )
         else:
-            out.append(Item("dkms_modules", rel_, PASS, f"{host} kernel {rel_} ({boot_s}): DKMS modules "
-                            f"{', '.join(modules)} installed", measured=[], threshold=[], details=info))
+            out.append(
+                Item(
+                    "dkms_modules",
+                    rel_,
+                    PASS,
+                    f"{host} kernel {rel_} ({boot_s}): DKMS modules {', '.join(modules)} installed",
+                    measured=[],
+                    threshold=[],
+                    details=info,
+                )
+            )
     return out
 
 
 def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     """secure_boot_signing: Secure Boot on -> the DKMS signing key is enrolled and mlx5_core is signed."""
     if not fw.dkms:
-        return [Item("secure_boot_signing", None, SKIP, f"{host}: mlnx_ofed_install_method {fw.install_method} "
-                     "(not a DKMS stack): not applicable")]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                SKIP,
+                f"{host}: mlnx_ofed_install_method {fw.install_method} (not a DKMS stack): not applicable",
+            )
+        ]
     if probe.error:
         return [Item("secure_boot_signing", None, ERROR, f"{host}: {probe.error}")]
     if probe.flags.get("efi") is False:
-        return [Item("secure_boot_signing", None, PASS, f"{host}: no /sys/firmware/efi (BIOS boot): "
-                     "Secure Boot off, unsigned modules load", measured=False, threshold=None)]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                PASS,
+                f"{host}: no /sys/firmware/efi (BIOS boot): Secure Boot off, unsigned modules load",
+                measured=False,
+                threshold=None,
+            )
+        ]
     if "efi" not in probe.flags:
         return [Item("secure_boot_signing", None, ERROR, f"{host}: EFI state not read: failing closed")]
     try:
         mok = _mod("fabricops.parsers.mokutil")
     except ImportError as exc:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")]
+        return [
+            Item("secure_boot_signing", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")
+        ]
     sec = probe.sections.get("sb_state")
     if sec is None or sec["rc"] == 127 or sec["rc"] is None:
         what = "mokutil is not installed" if sec and sec["rc"] == 127 else "mokutil --sb-state not read"
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: {what} on an EFI host: Secure Boot state "
-                     "unknown, module signing cannot be checked (failing closed)")]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                ERROR,
+                f"{host}: {what} on an EFI host: Secure Boot state "
+                "unknown, module signing cannot be checked (failing closed)",
+            )
+        ]
     try:
         sb = mok.parse_sb_state(sec["stdout"])  # mokutil exits non-zero without EFI variables: judge the text
     except ParseError as exc:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: mokutil --sb-state unreadable ({exc}): "
-                     "failing closed")]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                ERROR,
+                f"{host}: mokutil --sb-state unreadable ({exc}): failing closed",
+            )
+        ]
     if not sb:
-        return [Item("secure_boot_signing", None, PASS, f"{host}: Secure Boot "
-                     f"{'disabled' if sb is False else 'off (no EFI variables)'}: unsigned modules load",
-                     measured=bool(sb))]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                PASS,
+                f"{host}: Secure Boot "
+                f"{'disabled' if sb is False else 'off (no EFI variables)'}: unsigned modules load",
+                measured=bool(sb),
+            )
+        ]
     info: dict[str, Any] = {"secure_boot": True, "key": MOK_PUB}
     if probe.flags.get("keyfile") is False:
-        return [Item("secure_boot_signing", None, FAIL,
-                     f"{host}: Secure Boot on but no DKMS signing key {MOK_PUB}: DKMS modules are unsigned and the "
-                     f"kernel rejects them ('Key was rejected by service'); {REMEDY['sign']}",
-                     kind="secure_boot_key_not_enrolled", cause="Secure Boot on and no DKMS signing key",
-                     remedy=REMEDY["sign"], measured="no key", threshold="enrolled", details=info)]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                FAIL,
+                f"{host}: Secure Boot on but no DKMS signing key {MOK_PUB}: DKMS modules are "
+                "unsigned and the "
+                f"kernel rejects them ('Key was rejected by service'); {REMEDY['sign']}",
+                kind="secure_boot_key_not_enrolled",
+                cause="Secure Boot on and no DKMS signing key",
+                remedy=REMEDY["sign"],
+                measured="no key",
+                threshold="enrolled",
+                details=info,
+            )
+        ]
     tk = probe.sections.get("test_key")
     try:
         if tk is None or tk["rc"] in (127, None):
             raise ParseError("mokutil --test-key", "its output", "not read")
         enrolled = mok.parse_test_key(tk["stdout"])
     except ParseError as exc:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: cannot tell whether {MOK_PUB} is enrolled "
-                     f"({exc}): failing closed")]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                ERROR,
+                f"{host}: cannot tell whether {MOK_PUB} is enrolled ({exc}): failing closed",
+            )
+        ]
     if not enrolled:
-        return [Item("secure_boot_signing", None, FAIL,
-                     f"{host}: Secure Boot on and the DKMS signing key {MOK_PUB} is not enrolled: the kernel rejects "
-                     f"the DKMS-built modules ('Key was rejected by service'); {REMEDY['enroll']}",
-                     kind="secure_boot_key_not_enrolled",
-                     cause="Secure Boot on and the DKMS module signing key not enrolled in the MOK list",
-                     remedy=REMEDY["enroll"], measured="not enrolled", threshold="enrolled", details=info)]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                FAIL,
+                f"{host}: Secure Boot on and the DKMS signing key {MOK_PUB} is not enrolled: the "
+                "kernel rejects "
+                f"the DKMS-built modules ('Key was rejected by service'); {REMEDY['enroll']}",
+                kind="secure_boot_key_not_enrolled",
+                cause="Secure Boot on and the DKMS module signing key not enrolled in the MOK list",
+                remedy=REMEDY["enroll"],
+                measured="not enrolled",
+                threshold="enrolled",
+                details=info,
+            )
+        ]
     signer, why, _ = _section(probe, "signer", "modinfo -F signer mlx5_core")
     if why:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: key enrolled, but {why}: the module's signature "
-                     "cannot be read (failing closed)", details=info)]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                ERROR,
+                f"{host}: key enrolled, but {why}: the module's signature cannot be read (failing closed)",
+                details=info,
+            )
+        ]
     signer = (signer or "").strip()
     info["signer"] = signer
     if not signer:
-        return [Item("secure_boot_signing", None, FAIL,
-                     f"{host}: Secure Boot on, key enrolled, but mlx5_core is not signed (modinfo -F signer "
-                     f"empty); {REMEDY['sign']}", kind="secure_boot_key_not_enrolled",
-                     cause="the DKMS modules were built without signing", remedy=REMEDY["sign"],
-                     measured="unsigned", threshold="signed", details=info)]
-    return [Item("secure_boot_signing", None, PASS, f"{host}: Secure Boot on, {MOK_PUB} enrolled, mlx5_core "
-                 f"signed by {signer}", measured="enrolled", threshold="enrolled", details=info)]
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                FAIL,
+                f"{host}: Secure Boot on, key enrolled, but mlx5_core is not signed (modinfo -F signer "
+                f"empty); {REMEDY['sign']}",
+                kind="secure_boot_key_not_enrolled",
+                cause="the DKMS modules were built without signing",
+                remedy=REMEDY["sign"],
+                measured="unsigned",
+                threshold="signed",
+                details=info,
+            )
+        ]
+    return [
+        Item(
+            "secure_boot_signing",
+            None,
+            PASS,
+            f"{host}: Secure Boot on, {MOK_PUB} enrolled, mlx5_core signed by {signer}",
+            measured="enrolled",
+            threshold="enrolled",
+            details=info,
+        )
+    ]
 
 
-def judge(host: str, fw: FirmwareExpect, res: Mapping[str, Any] | None, want: set[str],
-          planned: Sequence[str] = (), ports: Mapping[str, int] | None = None) -> list[Item]:
+def judge(
+    host: str,
+    fw: FirmwareExpect,
+    res: Mapping[str, Any] | None,
+    want: set[str],
+    planned: Sequence[str] = (),
+    ports: Mapping[str, int] | None = None,
+) -> list[Item]:
     """Every wanted firmware/DKMS check of a host from the probe's result."""
     needs_probe = (fw.fw_declared and want & {"nic_fw_config", "nic_fw_reset_pending", "nic_fw_version"}) or (
-        fw.dkms and want & {"dkms_modules", "secure_boot_signing"})
+        fw.dkms and want & {"dkms_modules", "secure_boot_signing"}
+    )
     probe = split_probe(res) if needs_probe else Probe()
     items: list[Item] = []
     if want & {"nic_fw_config", "nic_fw_reset_pending"}:
@@ -638,8 +1021,17 @@ def evaluate(ctx: Any, want: set[str]) -> None:
     for p in ctx.expect.ports:
         ports[p.hca] = max(ports.get(p.hca, 0), p.port)
     for i in judge(ctx.host, fw, ctx.raw.get(PROBE_KEY), want, planned, ports):
-        ctx.add("hosts", i.check, i.device, i.status, i.message, measured=i.measured, threshold=i.threshold,
-                cause=i.cause, details={**i.details, **({"remedy": i.remedy} if i.remedy else {})})
+        ctx.add(
+            "hosts",
+            i.check,
+            i.device,
+            i.status,
+            i.message,
+            measured=i.measured,
+            threshold=i.threshold,
+            cause=i.cause,
+            details={**i.details, **({"remedy": i.remedy} if i.remedy else {})},
+        )
 
 
 def _natural(name: str) -> list[Any]:

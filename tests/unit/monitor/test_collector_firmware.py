@@ -40,12 +40,23 @@ def _collect(tmp_path, outputs, **cfg):
 
 
 def test_reset_pending_info_and_compliance_from_real_captures(tmp_path):
-    outs = {"-e q": (0, read_fixture("mlxconfig", EQ_PENDING)),
-            "--query": (0, read_fixture("mlxfwmanager", BURNED_NOT_RUNNING))}
+    outs = {
+        "-e q": (0, read_fixture("mlxconfig", EQ_PENDING)),
+        "--query": (0, read_fixture("mlxfwmanager", BURNED_NOT_RUNNING)),
+    }
     m, _ = _collect(tmp_path, outs, nic_firmware_versions={"MT_0000000838": "28.47.1026"})
     assert get(m, "fabricops_nic_fw_reset_pending", device="mlx5_0") == 1
-    assert get(m, "fabricops_nic_fw_info", device="mlx5_0", psid="MT_0000000838", running="28.46.3048",
-               burned="28.47.1026") == 1
+    assert (
+        get(
+            m,
+            "fabricops_nic_fw_info",
+            device="mlx5_0",
+            psid="MT_0000000838",
+            running="28.46.3048",
+            burned="28.47.1026",
+        )
+        == 1
+    )
     assert get(m, "fabricops_nic_fw_compliant", device="mlx5_0", pinned="28.47.1026") == 0
     assert get(m, "fabricops_collector_source_up", source="mlxconfig") == 1
 
@@ -53,15 +64,16 @@ def test_reset_pending_info_and_compliance_from_real_captures(tmp_path):
 def test_no_reset_pending_when_next_equals_current(tmp_path):
     q = read_fixture("mlxconfig", EQ_PENDING).replace("DISABLED(0)", "_256KB(1)")
     fw = read_fixture("mlxfwmanager", BURNED_NOT_RUNNING).replace("28.46.3048", "28.47.1026")
-    m, _ = _collect(tmp_path, {"-e q": (0, q), "--query": (0, fw)},
-                    nic_firmware_versions={"MT_0000000838": "28.47.1026"})
+    m, _ = _collect(
+        tmp_path, {"-e q": (0, q), "--query": (0, fw)}, nic_firmware_versions={"MT_0000000838": "28.47.1026"}
+    )
     assert get(m, "fabricops_nic_fw_reset_pending", device="mlx5_0") == 0
     assert get(m, "fabricops_nic_fw_compliant", device="mlx5_0") == 1
 
 
 def test_firmware_tools_absent_export_nothing_unless_required(tmp_path):
     m, text = _collect(tmp_path, {})
-    assert "fabricops_nic_fw" not in text and "source=\"mlxconfig\"" not in text
+    assert "fabricops_nic_fw" not in text and 'source="mlxconfig"' not in text
     m, _ = _collect(tmp_path, {}, firmware=True)
     assert get(m, "fabricops_collector_source_up", source="mlxconfig") == 0
 
@@ -87,18 +99,35 @@ def test_pending_agrees_with_the_controller_parser(name):
     assert sorted(c.parse_mlxconfig_pending(text)) == want
 
 
-@pytest.mark.parametrize("name", ["cx7_mlxup_burned_not_running.txt", "cx5_shs_docs_up_to_date.txt",
-                                  "bf2_online_update_running.txt", "cx6lx_mlxup_update_required.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cx7_mlxup_burned_not_running.txt",
+        "cx5_shs_docs_up_to_date.txt",
+        "bf2_online_update_running.txt",
+        "cx6lx_mlxup_update_required.txt",
+    ],
+)
 def test_mlxfwmanager_agrees_with_the_controller_parser(name):
     from fabricops.parsers import mlxfwmanager
 
     text = read_fixture("mlxfwmanager", name)
-    want = [(r["psid"], mlxfwmanager.fw_burned(r), mlxfwmanager.fw_running(r)) for r in mlxfwmanager.parse_query(text)]
+    want = [
+        (r["psid"], mlxfwmanager.fw_burned(r), mlxfwmanager.fw_running(r))
+        for r in mlxfwmanager.parse_query(text)
+    ]
     assert [(r["psid"], r["burned"], r["running"]) for r in c.parse_mlxfwmanager(text)] == want
 
 
-@pytest.mark.parametrize("name", ["dkms2_rocm_added.txt", "dkms2_rocm_built_original_module.txt",
-                                  "dkms3010_nvidia_rtl8852bu.txt", "dkms3_i915_sriov_diff_warning.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dkms2_rocm_added.txt",
+        "dkms2_rocm_built_original_module.txt",
+        "dkms3010_nvidia_rtl8852bu.txt",
+        "dkms3_i915_sriov_diff_warning.txt",
+    ],
+)
 def test_dkms_status_agrees_with_the_controller_parser(name):
     from fabricops.parsers import dkms
 
@@ -109,18 +138,33 @@ def test_dkms_status_agrees_with_the_controller_parser(name):
 
 def test_dkms_missing_for_the_next_boot_kernel(tmp_path):
     one = "i915-sriov-dkms/2025.03.26, 6.11.11-1-pve, x86_64: installed\n"
-    m, _ = _collect(tmp_path, {"dkms status": (0, one), "uname -r": (0, "6.11.11-1-pve\n"),
-                               "--sb-state": (0, read_fixture("mokutil-sb-state", "enabled.txt"))})
+    m, _ = _collect(
+        tmp_path,
+        {
+            "dkms status": (0, one),
+            "uname -r": (0, "6.11.11-1-pve\n"),
+            "--sb-state": (0, read_fixture("mokutil-sb-state", "enabled.txt")),
+        },
+    )
     assert get(m, "fabricops_dkms_modules_missing", kernel="6.11.11-1-pve", boot="running") == 0
-    assert get(m, "fabricops_dkms_modules_missing", kernel="6.11.11-2-pve", boot="next",
-               module="i915-sriov-dkms") == 1
+    assert (
+        get(
+            m, "fabricops_dkms_modules_missing", kernel="6.11.11-2-pve", boot="next", module="i915-sriov-dkms"
+        )
+        == 1
+    )
     assert get(m, "fabricops_secure_boot_enabled") == 1
 
 
 def test_dkms_both_kernels_installed_and_secure_boot_off(tmp_path):
-    m, _ = _collect(tmp_path, {"dkms status": (0, read_fixture("dkms-status", "dkms3_i915_sriov_diff_warning.txt")),
-                               "uname -r": (0, "6.11.11-1-pve\n"),
-                               "--sb-state": (0, read_fixture("mokutil-sb-state", "not_efi.txt"))})
+    m, _ = _collect(
+        tmp_path,
+        {
+            "dkms status": (0, read_fixture("dkms-status", "dkms3_i915_sriov_diff_warning.txt")),
+            "uname -r": (0, "6.11.11-1-pve\n"),
+            "--sb-state": (0, read_fixture("mokutil-sb-state", "not_efi.txt")),
+        },
+    )
     assert get(m, "fabricops_dkms_modules_missing", kernel="6.11.11-2-pve") == 0
     assert get(m, "fabricops_secure_boot_enabled") == 0
 
@@ -139,5 +183,7 @@ def test_next_boot_kernel_version_order(tmp_path):
 
 def test_burned_image_not_running_alone_is_a_reset_pending(tmp_path):
     q = read_fixture("mlxconfig", EQ_PENDING).replace("DISABLED(0)", "_256KB(1)")
-    m, _ = _collect(tmp_path, {"-e q": (0, q), "--query": (0, read_fixture("mlxfwmanager", BURNED_NOT_RUNNING))})
+    m, _ = _collect(
+        tmp_path, {"-e q": (0, q), "--query": (0, read_fixture("mlxfwmanager", BURNED_NOT_RUNNING))}
+    )
     assert get(m, "fabricops_nic_fw_reset_pending", device="mlx5_0") == 1

@@ -103,8 +103,16 @@ def fakes(monkeypatch):
 
 
 def _query(configs, columns=("default", "current", "next")):
-    return json.dumps({"device": BDF0, "device_type": "ConnectX7", "name": None, "description": None,
-                       "columns": list(columns), "configs": configs})
+    return json.dumps(
+        {
+            "device": BDF0,
+            "device_type": "ConnectX7",
+            "name": None,
+            "description": None,
+            "columns": list(columns),
+            "configs": configs,
+        }
+    )
 
 
 def _cfg(cur, nxt, default="False(0)"):
@@ -112,22 +120,52 @@ def _cfg(cur, nxt, default="False(0)"):
 
 
 def _fwrec(pci, running=None, burned="28.39.1002", psid="MT_0000000838"):
-    return {"device_type": "ConnectX7", "part_number": "MCX75310AAS-NEA_Ax", "description": "x",
-            "psid": psid, "pci": pci, "device_name": pci, "base_guid": None, "base_mac": None,
-            "versions": {"FW": {"current": burned, "available": None, "running": running}},
-            "status": "Up to date"}
+    return {
+        "device_type": "ConnectX7",
+        "part_number": "MCX75310AAS-NEA_Ax",
+        "description": "x",
+        "psid": psid,
+        "pci": pci,
+        "device_name": pci,
+        "base_guid": None,
+        "base_mac": None,
+        "versions": {"FW": {"current": burned, "available": None, "running": running}},
+        "status": "Up to date",
+    }
 
 
-GOOD_CFG = {"ATS_ENABLED": _cfg("True(1)", "True(1)"), "ADVANCED_PCI_SETTINGS": _cfg("True(1)", "True(1)"),
-            "LINK_TYPE_P1": _cfg("IB(1)", "IB(1)", "IB(1)")}
-DKMS_OK = [{"module": "mlnx-ofed-kernel", "version": "24.10", "kernel": k, "arch": "x86_64",
-            "state": "installed", "warnings": []} for k in ("6.1.0-18-amd64", "6.1.0-21-amd64")]
+GOOD_CFG = {
+    "ATS_ENABLED": _cfg("True(1)", "True(1)"),
+    "ADVANCED_PCI_SETTINGS": _cfg("True(1)", "True(1)"),
+    "LINK_TYPE_P1": _cfg("IB(1)", "IB(1)", "IB(1)"),
+}
+DKMS_OK = [
+    {
+        "module": "mlnx-ofed-kernel",
+        "version": "24.10",
+        "kernel": k,
+        "arch": "x86_64",
+        "state": "installed",
+        "warnings": [],
+    }
+    for k in ("6.1.0-18-amd64", "6.1.0-21-amd64")
+]
 
 
-def probe(hcas=(("mlx5_0", BDF0),), mlxconfig=None, fwm=None, dkms=None, uname="6.1.0-18-amd64",
-          boot="config-6.1.0-18-amd64\nvmlinuz-6.1.0-18-amd64\nvmlinuz-6.1.0-21-amd64\n", efi=True,
-          keyfile=True, sb="SecureBoot disabled", test_key="/var/lib/dkms/mok.pub is already enrolled",
-          signer="DKMS module signing key", rc=0):
+def probe(
+    hcas=(("mlx5_0", BDF0),),
+    mlxconfig=None,
+    fwm=None,
+    dkms=None,
+    uname="6.1.0-18-amd64",
+    boot="config-6.1.0-18-amd64\nvmlinuz-6.1.0-18-amd64\nvmlinuz-6.1.0-21-amd64\n",
+    efi=True,
+    keyfile=True,
+    sb="SecureBoot disabled",
+    test_key="/var/lib/dkms/mok.pub is already enrolled",
+    signer="DKMS module signing key",
+    rc=0,
+):
     """The probe's stdout; a section value (stdout, rc) or a str (rc 0); None: the tool is absent."""
     out = []
 
@@ -154,8 +192,12 @@ def probe(hcas=(("mlx5_0", BDF0),), mlxconfig=None, fwm=None, dkms=None, uname="
     return {"rc": rc, "stdout": "\n".join(out) + "\n", "stderr": ""}
 
 
-FW = firmware.FirmwareExpect(presets=["gpudirect"], config={"LINK_TYPE_P1": "IB"},
-                             versions={"MT_0000000838": "28.39.1002"}, install_method="doca")
+FW = firmware.FirmwareExpect(
+    presets=["gpudirect"],
+    config={"LINK_TYPE_P1": "IB"},
+    versions={"MT_0000000838": "28.39.1002"},
+    install_method="doca",
+)
 
 
 def _j(check, res, fw=FW, planned=()):
@@ -190,8 +232,11 @@ def test_probe_command_has_only_what_is_declared():
 
 
 def test_hostchecks_wiring_runs_the_probe_and_judges(monkeypatch):
-    hv = {"fabricops_hardware_profile": "hgx-h100-ndr", "nic_firmware_config": {"ATS_ENABLED": "true"},
-          "fabricops_verify_ports": [{"hca": "mlx5_0", "port": 1}]}
+    hv = {
+        "fabricops_hardware_profile": "hgx-h100-ndr",
+        "nic_firmware_config": {"ATS_ENABLED": "true"},
+        "fabricops_verify_ports": [{"hca": "mlx5_0", "port": 1}],
+    }
     exp = host_expect("gpu01", hv)
     cmds = hostchecks.commands(exp, "hosts")
     assert firmware.PROBE_KEY in cmds
@@ -319,17 +364,21 @@ def test_unpinned_psid_is_skipped():
     assert i.status == SKIP and "not pinned" in i.message
 
 
-@pytest.mark.parametrize("fwm, words", [
-    (None, "mlxfwmanager is not installed"),
-    ("not json", "unreadable"),
-    (json.dumps([_fwrec(BDF1)]), "not in mlxfwmanager --query"),
-])
+@pytest.mark.parametrize(
+    "fwm, words",
+    [
+        (None, "mlxfwmanager is not installed"),
+        ("not json", "unreadable"),
+        (json.dumps([_fwrec(BDF1)]), "not in mlxfwmanager --query"),
+    ],
+)
 def test_version_unreadable_fails_closed(fwm, words):
     res = probe(fwm=fwm)
     if fwm is None:  # the tool absent
         res["stdout"] = res["stdout"].replace(
             "@@fabricops mlxfwmanager\n" + json.dumps([_fwrec(BDF0)]) + "\n@@rc 0",
-            "@@fabricops mlxfwmanager\nmlxfwmanager: command not found\n@@rc 127")
+            "@@fabricops mlxfwmanager\nmlxfwmanager: command not found\n@@rc 127",
+        )
     items = _j("nic_fw_version", res)
     assert items and all(i.status == ERROR for i in items) and words in items[-1].message
 
@@ -340,7 +389,9 @@ def test_version_unreadable_fails_closed(fwm, words):
 def test_dkms_running_and_next_installed_pass():
     items = _j("dkms_modules", probe())
     assert [(i.device, i.status, i.details["boot"]) for i in items] == [
-        ("6.1.0-18-amd64", PASS, "running"), ("6.1.0-21-amd64", PASS, "next")]
+        ("6.1.0-18-amd64", PASS, "running"),
+        ("6.1.0-21-amd64", PASS, "next"),
+    ]
 
 
 def test_dkms_missing_for_next_boot_kernel_is_named_as_next():
@@ -364,17 +415,21 @@ def test_same_running_and_next_kernel_is_one_result():
     assert [(i.device, i.details["boot"]) for i in items] == [("6.1.0-18-amd64", "running+next")]
 
 
-@pytest.mark.parametrize("kw, words", [
-    ({"dkms": None}, "dkms is not installed"),
-    ({"dkms": "dkms: garbage"}, "dkms status unreadable"),
-    ({"uname": ("", 1)}, "running kernel unknown"),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"dkms": None}, "dkms is not installed"),
+        ({"dkms": "dkms: garbage"}, "dkms status unreadable"),
+        ({"uname": ("", 1)}, "running kernel unknown"),
+    ],
+)
 def test_dkms_unreadable_fails_closed(kw, words):
     res = probe(**kw)
     if kw.get("dkms", "") is None:
         res["stdout"] = res["stdout"].replace(
             "@@fabricops dkms\n" + json.dumps(DKMS_OK) + "\n@@rc 0",
-            "@@fabricops dkms\ndkms: command not found\n@@rc 127")
+            "@@fabricops dkms\ndkms: command not found\n@@rc 127",
+        )
     items = _j("dkms_modules", res)
     assert any(i.status == ERROR and words in i.message for i in items), [i.message for i in items]
     assert not any(i.status == PASS for i in items)
@@ -400,8 +455,10 @@ def test_secure_boot_on_key_enrolled_signed_passes():
 
 
 def test_secure_boot_on_key_not_enrolled_fails_with_enroll_remedy():
-    (i,) = _j("secure_boot_signing", probe(sb="SecureBoot enabled",
-                                           test_key="/var/lib/dkms/mok.pub is not enrolled"))
+    (i,) = _j(
+        "secure_boot_signing",
+        probe(sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled"),
+    )
     assert i.status == FAIL and i.kind == "secure_boot_key_not_enrolled"
     assert "mlnx_ofed_secure_boot_enroll: true" in i.message
 
@@ -413,12 +470,15 @@ def test_secure_boot_on_without_key_or_unsigned_fails():
     assert i.status == FAIL and "not signed" in i.message
 
 
-@pytest.mark.parametrize("kw", [
-    {"sb": None},  # mokutil absent on an EFI host
-    {"sb": "something else"},
-    {"sb": "SecureBoot enabled", "test_key": "Failed to read"},
-    {"sb": "SecureBoot enabled", "signer": ("modinfo: ERROR: Module mlx5_core not found.", 1)},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"sb": None},  # mokutil absent on an EFI host
+        {"sb": "something else"},
+        {"sb": "SecureBoot enabled", "test_key": "Failed to read"},
+        {"sb": "SecureBoot enabled", "signer": ("modinfo: ERROR: Module mlx5_core not found.", 1)},
+    ],
+)
 def test_secure_boot_unreadable_fails_closed(kw):
     (i,) = _j("secure_boot_signing", probe(**kw))
     assert i.status == ERROR, i.message
@@ -426,7 +486,9 @@ def test_secure_boot_unreadable_fails_closed(kw):
 
 def test_problems_are_the_failures_only():
     cfg = dict(GOOD_CFG, ATS_ENABLED=_cfg("False(0)", "True(1)"))
-    got = firmware.problems("gpu01", FW, probe(mlxconfig={"mlx5_0": _query(cfg)}, dkms=json.dumps(DKMS_OK[:1])))
+    got = firmware.problems(
+        "gpu01", FW, probe(mlxconfig={"mlx5_0": _query(cfg)}, dkms=json.dumps(DKMS_OK[:1]))
+    )
     assert {i.kind for i in got} == {"nic_fw_reset_pending", "nic_fw_noncompliant", "dkms_modules_missing"}
     assert firmware.problems("gpu01", FW, {"rc": 255, "stdout": "", "stderr": "x"}) == []
 
@@ -439,6 +501,7 @@ def test_efi_state_not_printed_is_error():
 
 
 # --- the real parsers on their real captures (tests/fixtures/, first line names the source) -------
+
 
 def _capture(path):
     from pathlib import Path
@@ -469,10 +532,15 @@ def test_real_captures_reset_pending_burned_not_running_and_key_not_enrolled(mon
         sb=_capture("mokutil-sb-state/enabled.txt"),
         test_key=_capture("mokutil-test-key/not_enrolled_shim_signed.txt"),
         dkms=_capture("dkms-status/dkms3_i915_sriov_diff_warning.txt"),
-        uname="6.11.11-1-pve", boot="vmlinuz-6.11.11-1-pve\nvmlinuz-6.11.11-2-pve\n",
+        uname="6.11.11-1-pve",
+        boot="vmlinuz-6.11.11-1-pve\nvmlinuz-6.11.11-2-pve\n",
     )
-    fw = firmware.FirmwareExpect(config={"KEEP_LINK_UP_ON_BOOT_P2": "False"}, versions={"MT_0000000838": "28.47.1026"},
-                                 install_method="doca", dkms_modules=("i915-sriov-dkms",))
+    fw = firmware.FirmwareExpect(
+        config={"KEEP_LINK_UP_ON_BOOT_P2": "False"},
+        versions={"MT_0000000838": "28.47.1026"},
+        install_method="doca",
+        dkms_modules=("i915-sriov-dkms",),
+    )
     res["stdout"] = res["stdout"].replace(f"@@hca mlx5_0 {bdf}\n", f"@@hca mlx5_0 {bdf} 2\n")  # two ports
     items = {(i.check, i.device): i for i in firmware.judge("gpu01", fw, res, set(firmware.FW_CHECKS))}
     c = items[("nic_fw_config", "mlx5_0")]
@@ -499,15 +567,25 @@ def _diagnose(res, fw=FW):
 def test_diagnose_findings_of_the_verify_rules():
     cfg = dict(GOOD_CFG, ATS_ENABLED=_cfg("False(0)", "True(1)"))
     fwm = json.dumps([_fwrec(BDF0, running="28.39.1002", burned="28.43.1014")])
-    res = probe(mlxconfig={"mlx5_0": _query(cfg)}, fwm=fwm, dkms=json.dumps(DKMS_OK[1:]),
-                sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled")
-    fw = firmware.FirmwareExpect(presets=["gpudirect"], versions={"MT_0000000838": "28.43.1014"},
-                                 install_method="doca")
+    res = probe(
+        mlxconfig={"mlx5_0": _query(cfg)},
+        fwm=fwm,
+        dkms=json.dumps(DKMS_OK[1:]),
+        sb="SecureBoot enabled",
+        test_key="/var/lib/dkms/mok.pub is not enrolled",
+    )
+    fw = firmware.FirmwareExpect(
+        presets=["gpudirect"], versions={"MT_0000000838": "28.43.1014"}, install_method="doca"
+    )
     got = _diagnose(res, fw)
     kinds = [f.kind for f in got]
     assert kinds[:2] == ["dkms_modules_missing", "secure_boot_key_not_enrolled"]  # hard faults first
-    assert set(kinds) == {"dkms_modules_missing", "secure_boot_key_not_enrolled", "nic_fw_noncompliant",
-                          "nic_fw_reset_pending"}
+    assert set(kinds) == {
+        "dkms_modules_missing",
+        "secure_boot_key_not_enrolled",
+        "nic_fw_noncompliant",
+        "nic_fw_reset_pending",
+    }
     dk = got[0]
     assert dk.device == "6.1.0-18-amd64" and "running kernel" in dk.cause
     assert dk.remedy.startswith("Run playbooks/ofed.yml") and "fabricops verify (dkms_modules)" in dk.remedy
@@ -524,8 +602,13 @@ def test_diagnose_next_boot_gap_ranks_below_running_and_healthy_gives_none():
     assert "next-boot kernel" in f.cause
     assert _diagnose(probe()) == []
     assert _diagnose({"rc": 255, "stdout": "", "stderr": "unreachable"}) == []  # no evidence, no finding
-    assert _diagnose(probe(sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled"),
-                     firmware.FirmwareExpect()) == []  # nothing declared: not judged
+    assert (
+        _diagnose(
+            probe(sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled"),
+            firmware.FirmwareExpect(),
+        )
+        == []
+    )  # nothing declared: not judged
 
 
 def test_diagnose_context_and_commands_carry_the_firmware_expectations():
