@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,8 @@ REMEDY = {
     "dkms autoinstall -k KERNEL)",
     "enroll": "run playbooks/ofed.yml with mlnx_ofed_secure_boot_enroll: true and mlnx_ofed_mok_password "
     "(queues the DKMS key for MOK enrollment), then confirm it in MokManager at the next boot",
+    "confirm": "reboot the host and confirm 'Enroll MOK' in MokManager at the console with the password of "
+    "mlnx_ofed_mok_password",
     "sign": "run playbooks/ofed.yml so the DKMS modules are rebuilt and signed with " + MOK_PUB,
 }
 
@@ -73,6 +76,7 @@ class FirmwareExpect:
     versions: Any = field(default_factory=dict)
     install_method: str = "tarball"
     dkms_kernels: tuple[str, ...] = DEFAULT_DKMS_KERNELS
+    ofed_state_dir: str | None = None  #: mlnx_ofed_state_dir (where the role marks a queued MOK enrollment)
     #: None: the stack's (fabricops.doca.stack_dkms_modules: mlnx-ofed-kernel + the optional ones dkms lists)
     dkms_modules: tuple[str, ...] | None = None
 
@@ -107,6 +111,10 @@ def expect_from_hostvars(hostvars: Mapping[str, Any]) -> FirmwareExpect:
         versions=hostvars.get("nic_firmware_versions") or {},
         install_method=str(hostvars.get("mlnx_ofed_install_method") or "tarball"),
         dkms_kernels=seq(hostvars.get("mlnx_ofed_dkms_kernels"), DEFAULT_DKMS_KERNELS),
+        ofed_state_dir=hostvars["mlnx_ofed_state_dir"]
+        if isinstance(hostvars.get("mlnx_ofed_state_dir"), str)
+        and "{{" not in hostvars["mlnx_ofed_state_dir"]
+        else None,
         dkms_modules=seq(hostvars["fabricops_verify_dkms_modules"])
         if hostvars.get("fabricops_verify_dkms_modules")
         else None,
@@ -131,7 +139,14 @@ _PROBE_DKMS = (
     f'[ -f {MOK_PUB} ] && echo "@@keyfile yes" || echo "@@keyfile no"; '
     f"t sb_state mokutil --sb-state; t test_key mokutil --test-key {MOK_PUB}; "
     "t signer modinfo -F signer mlx5_core; "
+    '[ -d /sys/module/mlx5_core ] && echo "@@mlx5 yes" || echo "@@mlx5 no"; '
+    # the mlnx_ofed role's marker of a MOK enrollment it queued in this boot (its content: the boot id):
+    # mokutil --test-key already calls a key of the pending request enrolled (fabricops.doca.secure_boot_plan)
+    'q=$(cat "$FABRICOPS_MOK_MARKER" 2>/dev/null); i=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); '
+    '[ -n "$q" ] && [ "$q" = "$i" ] && echo "@@mokqueued yes" || echo "@@mokqueued no"; '
 )
+#: the mlnx_ofed role's default mlnx_ofed_state_dir
+OFED_STATE_DIR = "/var/lib/fabricops/mlnx_ofed"
 
 
 def probe_command(fw: FirmwareExpect | None, full: bool = False) -> str | None:
@@ -141,7 +156,10 @@ def probe_command(fw: FirmwareExpect | None, full: bool = False) -> str | None:
     if full or (fw is not None and fw.fw_declared):
         parts.append(_PROBE_FW)
     if full or (fw is not None and fw.dkms):
-        parts.append(_PROBE_DKMS)
+        state = (fw.ofed_state_dir if fw is not None else None) or OFED_STATE_DIR
+        parts.append(
+            f"FABRICOPS_MOK_MARKER={shlex.quote(state.rstrip('/') + '/mok-enroll-pending')}; " + _PROBE_DKMS
+        )
     if not parts:
         return None
     return _PROBE_FN + "".join(parts) + "true"
@@ -150,7 +168,7 @@ def probe_command(fw: FirmwareExpect | None, full: bool = False) -> str | None:
 _SECTION = re.compile(r"^@@fabricops (\S+)$")
 _RC = re.compile(r"^@@rc (\d+)$")
 _HCA = re.compile(r"^@@hca (\S+) (\S+)(?:\s+(\d+))?\s*$")
-_FLAG = re.compile(r"^@@(efi|keyfile) (yes|no)$")
+_FLAG = re.compile(r"^@@(efi|keyfile|mlx5|mokqueued) (yes|no)$")
 
 
 @dataclass
@@ -889,7 +907,7 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
                 measured=bool(sb),
             )
         ]
-    info: dict[str, Any] = {"secure_boot": True, "key": MOK_PUB}
+    info: dict[str, Any] = {"secure_boot": True, "key": MOK_PUB, "mlx5_core_loaded": probe.flags.get("mlx5")}
     if probe.flags.get("keyfile") is False:
         return [
             Item(
@@ -934,6 +952,25 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
                 cause="Secure Boot on and the DKMS module signing key not enrolled in the MOK list",
                 remedy=REMEDY["enroll"],
                 measured="not enrolled",
+                threshold="enrolled",
+                details=info,
+            )
+        ]
+    if probe.flags.get("mokqueued"):
+        return [
+            Item(
+                "secure_boot_signing",
+                None,
+                FAIL,
+                f"{host}: Secure Boot on and {MOK_PUB} is queued for MOK enrollment in this boot, "
+                "not enrolled "
+                "yet (mokutil --test-key calls a pending key enrolled): the kernel rejects the DKMS modules "
+                f"until the reboot; {REMEDY['confirm']}",
+                kind="secure_boot_key_not_enrolled",
+                cause="the DKMS signing key's MOK enrollment is queued, a reboot and the console "
+                "confirmation away",
+                remedy=REMEDY["confirm"],
+                measured="queued",
                 threshold="enrolled",
                 details=info,
             )

@@ -617,3 +617,25 @@ def test_diagnose_context_and_commands_carry_the_firmware_expectations():
     ctx = d.context_from_hostvars({"nic_firmware_presets": ["gpudirect"], "mlnx_ofed_install_method": "doca"})
     assert ctx.firmware.config_declared and ctx.firmware.dkms
     assert d.BASE_COMMANDS[firmware.PROBE_KEY] == firmware.probe_command(None, full=True)
+
+
+def test_key_queued_in_this_boot_is_not_enrolled_yet():
+    res = probe(sb="SecureBoot enabled")
+    res["stdout"] = res["stdout"].replace("@@keyfile yes\n", "@@keyfile yes\n@@mokqueued yes\n")
+    (i,) = _j("secure_boot_signing", res)
+    assert i.status == FAIL and "queued for MOK enrollment in this boot" in i.message
+    assert "MokManager" in i.message and i.kind == "secure_boot_key_not_enrolled"
+
+
+def test_probe_runs_in_sh_and_marks_the_role_state_dir(tmp_path):
+    import subprocess
+
+    fw = firmware.expect_from_hostvars(
+        {"mlnx_ofed_install_method": "doca", "mlnx_ofed_state_dir": str(tmp_path)}
+    )
+    cmd = firmware.probe_command(fw)
+    assert f"FABRICOPS_MOK_MARKER={tmp_path}/mok-enroll-pending" in cmd
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    p = firmware.split_probe({"rc": out.returncode, "stdout": out.stdout})
+    assert {"uname", "boot", "dkms", "sb_state", "test_key", "signer"} <= set(p.sections)
+    assert p.sections["uname"]["rc"] == 0 and p.flags.get("mokqueued") is False
