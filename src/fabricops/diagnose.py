@@ -49,6 +49,7 @@ from fabricops.monitor.collector import (
     parse_rate,
     parse_state,
 )
+from fabricops.verify import firmware as fw_checks  # NIC firmware / DKMS: verify's probe and rules
 from fabricops.verify import pcie as pcie_cmds  # the GPU-path commands verify runs too
 
 Raw = Mapping[str, Mapping[str, Any]]
@@ -77,6 +78,12 @@ LIKELIHOOD = {
     "gid_index": 60,
     "mtu_mismatch": 55,
     "numa_affinity": 30,
+    # issue 20 (fabricops.verify.firmware judges; diagnose only words the finding)
+    "dkms_modules_missing": 92,  # for the running kernel: the RDMA driver is not loaded at all
+    "secure_boot_key_not_enrolled": 91,  # the kernel rejects the DKMS-built driver
+    "nic_fw_noncompliant": 52,
+    "nic_fw_reset_pending": 50,
+    "dkms_modules_missing_next": 40,  # for the next-boot kernel: latent until the reboot
 }
 
 SYSFS_CMD = (
@@ -107,6 +114,8 @@ BASE_COMMANDS = {
     "lsmod": "lsmod",
     "uname": "uname -r",
     "modinfo_nvidia": "modinfo -F license nvidia",
+    # NIC firmware, DKMS and Secure Boot (issue 20): verify's one probe, every section
+    fw_checks.PROBE_KEY: fw_checks.probe_command(None, full=True),
 }
 ETHTOOL_GAP_S = 2.0
 
@@ -145,6 +154,8 @@ class Context:
     storm_share: float = 0.5
     cabling: list[dict[str, Any]] = field(default_factory=list)
     switches: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> normalised PFC/ECN state
+    #: nic_firmware_* / mlnx_ofed DKMS expectations (fabricops.verify.firmware.FirmwareExpect); None: none
+    firmware: Any = None
 
 
 # --- evidence parsing --------------------------------------------------------------------------
@@ -355,7 +366,41 @@ def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Finding]:
     out += _nvlink_findings(host, raw)
     out += _gid_findings(host, raw, sysfs)
     out += _pcie_findings(host, raw)
+    out += _firmware_findings(host, raw, ctx)
     return out
+
+
+#: what a host sees when the finding's fault is there (the symptom), per finding kind
+_FW_SYMPTOM = {
+    "nic_fw_reset_pending": "NIC firmware settings or image not active (behaviour changes at the "
+    "next reset/reboot)",
+    "nic_fw_noncompliant": "NIC firmware differs from the inventory (ATS/PCI/RoCE settings or version)",
+    "dkms_modules_missing": "RDMA driver missing for a kernel (ports absent now, or after the next boot)",
+    "secure_boot_key_not_enrolled": "RDMA driver rejected by Secure Boot ('Key was rejected by service')",
+}
+
+
+def _firmware_findings(host: str, raw: Raw, ctx: Context) -> list[Finding]:
+    """NIC firmware reset pending / non-compliant, DKMS modules missing (running or next-boot kernel),
+    Secure Boot key not enrolled: verify's rules (fabricops.verify.firmware) on the same probe."""
+    if ctx.firmware is None:
+        return []
+    out = []
+    for item in fw_checks.problems(host, ctx.firmware, raw.get(fw_checks.PROBE_KEY)):
+        kind = item.kind or "nic_fw_noncompliant"
+        rank = kind
+        if kind == "dkms_modules_missing" and "running" not in str(item.details.get("boot", "")):
+            rank = "dkms_modules_missing_next"
+        f = Finding(host, kind, _FW_SYMPTOM[kind], item.cause or item.message, [item.message],
+                    _sentence(item.remedy) + f", then re-run fabricops verify ({item.check}).",
+                    item.device, LIKELIHOOD[rank])
+        out.append(f)
+    return out
+
+
+def _sentence(text: str | None) -> str:
+    text = text or "fix it as the evidence says"
+    return text[:1].upper() + text[1:]
 
 
 def _pcie_devices(raw: Raw) -> tuple[dict[str, str], dict[str, str]]:
@@ -921,6 +966,7 @@ def context_from_hostvars(hostvars: Mapping[str, Any], profile: str | None = Non
         ctx.lossless = roce.lossless if roce is not None else True
     except DesiredStateError as exc:
         raise ContextError(f"malformed context ({exc.detail})") from None
+    ctx.firmware = fw_checks.expect_from_hostvars(hostvars)
     cabling = hostvars.get("fabricops_cabling") or []
     ctx.cabling = [dict(c) for c in cabling if isinstance(c, Mapping)]
     return ctx

@@ -15,7 +15,12 @@ Sources (docs/monitoring.md lists every metric):
 - ``/sys/bus/pci/devices/BDF/{current,max}_link_{speed,width}`` of every HCA
   (``/sys/class/infiniband/DEV/device/uevent`` PCI_SLOT_NAME) and GPU (``nvidia-smi --query-gpu``),
   and ``lspci -D -vvv`` for the ACS control bits of the bridges between a GPU and an HCA under the
-  same PCIe switch (root needed, as the collector runs).
+  same PCIe switch (root needed, as the collector runs);
+- ``mlxconfig -d BDF -e q`` per HCA and ``mlxfwmanager --query`` (NVIDIA MFT: a firmware reset
+  pending, the PSID and the burned and running firmware), ``dkms status``, ``uname -r`` and
+  ``/boot/vmlinuz-*`` (DKMS modules of the running and the next-boot kernel) and
+  ``mokutil --sb-state`` (issue 20; stdlib readings of the formats that ``fabricops.parsers.mlxconfig``,
+  ``mlxfwmanager``, ``dkms`` and ``mokutil`` read on the controller).
 
 Usage: ``fabricops-collector [--config FILE] [--output FILE] [--sysfs DIR]``. Without ``--output``
 the metrics go to stdout; with it they are written to a temporary file in the same directory and
@@ -122,6 +127,19 @@ pcie_link_max_speed_gts gauge
 pcie_acs_redirect gauge
     1 when ACS on a bridge between a GPU and an HCA under the same PCIe switch redirects peer-to-peer
     traffic to the root complex (ACSCtl ReqRedir+ or CmpltRedir+), else 0.
+nic_fw_reset_pending gauge
+    1 when the NIC has settings stored for the next boot that differ from the current ones (mlxconfig -e q
+    Next Boot != Current) or a burned firmware image that is not running yet (mlxfwmanager FW (Running)),
+    else 0.
+nic_fw_info gauge
+    NIC firmware: PSID, running and burned version (mlxfwmanager --query; always 1).
+nic_fw_compliant gauge
+    1 when the running firmware is the version pinned for the PSID (collector config nic_firmware_versions),
+    else 0; absent when the PSID is not pinned.
+dkms_modules_missing gauge
+    1 when a DKMS module is not installed for the running or the next-boot kernel (dkms status), else 0.
+secure_boot_enabled gauge
+    1 when Secure Boot is on (mokutil --sb-state), 0 when off or the host does not boot with EFI.
 collector_source_up gauge
     1 when a source could be read on the last run, 0 when it failed.
 collector_last_run_timestamp_seconds gauge
@@ -654,6 +672,10 @@ def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_c
 
     if config.get("pcie", True):
         _collect_pcie(reg, host, config, sysfs, run, source)
+    if config.get("firmware", "auto"):
+        _collect_firmware(reg, host, config, sysfs, run, source)
+    if config.get("dkms", "auto"):
+        _collect_dkms(reg, host, config, sysfs, run, source)
 
     stamp = now if now is not None else time.time()
     reg.add("collector_last_run_timestamp_seconds", {"host": host}, round(stamp, 3))
@@ -689,6 +711,199 @@ def _collect_pcie(reg: Registry, host: str, config: dict, sysfs: str, run: Runne
         except SourceError:
             source("lspci", False)
     pcie_metrics(reg, host, links, acs)
+
+
+# --- NIC firmware, DKMS, Secure Boot (issue 20) ----------------------------------------------------
+
+MLXCONFIG_ROW_RE = re.compile(r"^\s*(\*)?\s+([A-Za-z0-9_.\[\]]+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
+FW_LINE_RE = re.compile(r"^\s+FW(\s+\(Running\))?\s+(\S+)")
+DKMS3_RE = re.compile(r"^([^/,\s]+)/([^,\s]+),\s*([^,\s]+),\s*([^:,\s]+):\s*([a-z]+)")
+DKMS2_RE = re.compile(r"^([^/,\s]+),\s*([^,\s]+),\s*([^,\s]+),\s*([^:,\s]+):\s*([a-z]+)")
+DKMS_NOKERNEL_RE = re.compile(r"^([^/,\s]+)[/,]\s*([^,:\s]+):\s*([a-z]+)")
+
+
+def _mlx_value(v: str) -> str:
+    """``True(1)`` -> ``1``; ``44`` -> ``44``; ``0x10`` -> ``16``; else the upper-cased name."""
+    m = re.search(r"\((\d+)\)$", v)
+    if m:
+        return str(int(m.group(1)))
+    try:
+        return str(int(v, 0))
+    except ValueError:
+        return v.upper()
+
+
+def parse_mlxconfig_pending(text: str) -> list[str]:
+    """``mlxconfig -d DEV -e q`` -> the settings whose Next Boot differs from Current (stdlib; the
+    controller's parser is fabricops.parsers.mlxconfig)."""
+    lines = text.replace("\r", "").splitlines()
+    head = next((i for i, ln in enumerate(lines) if ln.startswith("Configurations:")), None)
+    if head is None or not re.search(r"Default\s+Current\s+Next Boot", lines[head]):
+        raise SourceError("not mlxconfig -e q output (no Default/Current/Next Boot header)")
+    pending = []
+    for ln in lines[head + 1:]:
+        m = MLXCONFIG_ROW_RE.match(ln)
+        if m and _mlx_value(m.group(4)) != _mlx_value(m.group(5)):
+            pending.append(m.group(2))
+    return pending
+
+
+def parse_mlxfwmanager(text: str) -> list[dict]:
+    """``mlxfwmanager --query`` -> [{pci, psid, burned, running}] (stdlib; the controller's parser is
+    fabricops.parsers.mlxfwmanager). ``running`` is the burned version unless ``FW (Running)`` says
+    otherwise."""
+    out: list[dict] = []
+    cur: dict | None = None
+    for ln in text.replace("\r", "").splitlines():
+        if re.match(r"^Device #\d+:", ln):
+            cur = {"pci": None, "psid": None, "burned": None, "running": None}
+            out.append(cur)
+        elif cur is not None:
+            m = re.match(r"^\s+(PSID|PCI Device Name):\s+(\S+)", ln)
+            if m:
+                cur["psid" if m.group(1) == "PSID" else "pci"] = m.group(2)
+                continue
+            m = FW_LINE_RE.match(ln)
+            if m:
+                cur["running" if m.group(1) else "burned"] = m.group(2)
+    if not out or not all(r["psid"] and r["burned"] for r in out):
+        raise SourceError("not mlxfwmanager --query output (no Device/PSID/FW lines)")
+    for r in out:
+        r["running"] = r["running"] or r["burned"]
+        r["pci"] = pci_address(r["pci"]) if r["pci"] and BDF_RE.match(r["pci"]) else r["pci"]
+    return out
+
+
+def parse_dkms_status(text: str) -> list[dict]:
+    """``dkms status`` (3.x ``mod/ver, kver, arch: state``, 2.x ``mod, ver, kver, arch: state``;
+    ``added`` lines have no kernel) -> [{module, kernel, state}]."""
+    out = []
+    for ln in text.replace("\r", "").splitlines():
+        ln = ln.strip()
+        if not ln:
+            continue
+        m = DKMS3_RE.match(ln) or DKMS2_RE.match(ln)
+        if m:
+            out.append({"module": m.group(1), "kernel": m.group(3), "state": m.group(5)})
+            continue
+        m = DKMS_NOKERNEL_RE.match(ln)
+        if not m:
+            raise SourceError(f"not dkms status output: {ln[:60]!r}")
+        out.append({"module": m.group(1), "kernel": None, "state": m.group(3)})
+    return out
+
+
+def _kernel_key(release: str) -> list:
+    """Order kernel releases as version numbers (6.1.0-21 after 6.1.0-18, 6.10 after 6.9)."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.findall(r"\d+|[A-Za-z]+", release)]
+
+
+def next_boot_kernel(boot_dir: str, running: str) -> str:
+    """The newest ``vmlinuz-*`` in ``boot_dir`` (the one the boot loader starts by default on
+    Debian/Ubuntu); the running kernel when there is none."""
+    names = [n[len("vmlinuz-"):] for n in _listdir(boot_dir) if n.startswith("vmlinuz-")]
+    names = [n for n in names if n]
+    return max(names, key=_kernel_key) if names else running
+
+
+def parse_sb_state(text: str) -> bool | None:
+    """``mokutil --sb-state``: True enabled, False disabled, None not EFI."""
+    if "SecureBoot enabled" in text:
+        return True
+    if "SecureBoot disabled" in text:
+        return False
+    if "EFI variables are not supported" in text:
+        return None
+    raise SourceError("not mokutil --sb-state output")
+
+
+def _absent(rc: int, config: dict, key: str) -> bool:
+    """The tool is not installed and the config does not require the source ("auto")."""
+    return rc == 127 and config.get(key, "auto") == "auto"
+
+
+def _collect_firmware(reg: Registry, host: str, config: dict, sysfs: str, run: Runner,
+                      source: Callable[[str, bool], None]) -> None:
+    hcas = hca_pci_addresses(sysfs)
+    if not hcas:
+        return
+    pending: dict[str, bool] = {}
+    ok = True
+    for dev, addr in sorted(hcas.items()):
+        rc, out = run([config.get("mlxconfig", "mlxconfig"), "-d", addr, "-e", "q"])
+        if _absent(rc, config, "firmware"):
+            return
+        try:
+            if rc != 0:
+                raise SourceError(f"mlxconfig exited {rc}")
+            pending[dev] = bool(parse_mlxconfig_pending(out))
+        except SourceError:
+            ok = False
+    source("mlxconfig", ok)
+    rc, out = run([config.get("mlxfwmanager", "mlxfwmanager"), "--query"])
+    records: list[dict] = []
+    try:
+        if rc != 0:
+            raise SourceError(f"mlxfwmanager exited {rc}")
+        records = parse_mlxfwmanager(out)
+        source("mlxfwmanager", True)
+    except SourceError:
+        source("mlxfwmanager", False)
+    by_pci = {r["pci"]: r for r in records}
+    pins = config.get("nic_firmware_versions") or {}
+    for dev, addr in sorted(hcas.items()):
+        rec = by_pci.get(addr)
+        if rec is not None:
+            reg.add("nic_fw_info", {"host": host, "device": dev, "pci": addr, "psid": rec["psid"],
+                                    "running": rec["running"], "burned": rec["burned"]}, 1)
+            if rec["psid"] in pins:
+                reg.add("nic_fw_compliant", {"host": host, "device": dev, "psid": rec["psid"],
+                                             "pinned": str(pins[rec["psid"]])},
+                        1 if rec["running"] == str(pins[rec["psid"]]) else 0)
+        if dev in pending and (rec is not None or not records):
+            fw_pending = rec is not None and rec["running"] != rec["burned"]
+            reg.add("nic_fw_reset_pending", {"host": host, "device": dev, "pci": addr},
+                    1 if pending[dev] or fw_pending else 0)
+
+
+def _collect_dkms(reg: Registry, host: str, config: dict, sysfs: str, run: Runner,
+                  source: Callable[[str, bool], None]) -> None:
+    rc, out = run([config.get("dkms_cmd", "dkms"), "status"])
+    if _absent(rc, config, "dkms"):
+        return
+    try:
+        if rc != 0:
+            raise SourceError(f"dkms exited {rc}")
+        status = parse_dkms_status(out)
+        src, rel = run(["uname", "-r"])
+        running = rel.strip() if src == 0 else ""
+        if not running:
+            raise SourceError("uname -r failed")
+        source("dkms", True)
+    except SourceError:
+        source("dkms", False)
+        status, running = [], ""
+    if running:
+        nxt = next_boot_kernel(config.get("boot_dir", "/boot"), running)
+        modules = config.get("dkms_modules") or sorted({s["module"] for s in status})
+        kernels = {running: "running"}
+        kernels[nxt] = "running" if nxt == running else "next"
+        for kernel, boot in kernels.items():
+            for mod in modules:
+                ok = any(s["module"] == mod and s["kernel"] == kernel and s["state"] == "installed"
+                         for s in status)
+                reg.add("dkms_modules_missing", {"host": host, "kernel": kernel, "module": mod, "boot": boot},
+                        0 if ok else 1)
+    rc, out = run([config.get("mokutil", "mokutil"), "--sb-state"])
+    if rc == 127 and not os.path.isdir(os.path.join(sysfs, "firmware", "efi")):
+        reg.add("secure_boot_enabled", {"host": host}, 0)  # no EFI: no Secure Boot, mokutil or not
+        return
+    try:
+        sb = parse_sb_state(out)
+        reg.add("secure_boot_enabled", {"host": host}, 1 if sb else 0)
+        source("mokutil", True)
+    except SourceError:
+        source("mokutil", False)
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -71,6 +71,8 @@ class HostExpect:
     subnet_manager: dict[str, Any] | None = None
     #: GPUDirect RDMA is part of the rollout (site.yml's gpudirect phase, fabricops_site_gpudirect)
     gpudirect: bool = True
+    #: nic_firmware / mlnx_ofed DKMS expectations (fabricops.verify.firmware.FirmwareExpect); None: none
+    firmware: Any = None
 
     @property
     def link_layer(self) -> str:
@@ -247,7 +249,14 @@ def host_expect(
         roce_addresses=roce_addresses(host, hostvars),
         subnet_manager=subnet_manager,
         gpudirect=_flag(hostvars.get("fabricops_site_gpudirect", True)),
+        firmware=_firmware_expect(hostvars),
     )
+
+
+def _firmware_expect(hostvars: Mapping[str, Any]) -> Any:
+    from fabricops.verify.firmware import expect_from_hostvars
+
+    return expect_from_hostvars(hostvars)
 
 
 def _flag(value: Any) -> bool:

@@ -19,7 +19,7 @@ from fabricops.model import rates
 from fabricops.model.nvlink import NVLINK
 from fabricops.model.profiles import threshold_for
 from fabricops.parsers import parse
-from fabricops.verify import pcie
+from fabricops.verify import firmware, pcie
 from fabricops.verify.expect import HostExpect, PortExpect
 from fabricops.verify.pcie import PCIE_CHECKS
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
@@ -28,7 +28,7 @@ Raw = Mapping[str, Mapping[str, Any]]
 
 HOST_CHECKS = (
     "ofed_version", "hca_port", "error_counters", "subnet_manager", "gpudirect",
-    "ipoib", "roce_qos", "nccl_profile",
+    "ipoib", "roce_qos", "nccl_profile", *firmware.FW_CHECKS,
 )
 GPU_CHECKS = (
     "gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity", "fabric_manager",
@@ -140,6 +140,10 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
     if want & {"gpu_topology", "nic_gpu_affinity", "pcie_acs"}:
         cmds["topo"] = "nvidia-smi topo -m"
     cmds.update(pcie_commands(expect, want))
+    if want & set(firmware.FW_CHECKS):
+        probe = firmware.probe_command(expect.firmware)
+        if probe:
+            cmds[firmware.PROBE_KEY] = probe
     if "roce_qos" in want and expect.roce is not None:
         try:
             states = roce_port_states(expect)
@@ -358,6 +362,7 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
         _nccl(ctx, ibstat)
     if "ipoib" in want:
         _ipoib(ctx)
+    firmware.evaluate(ctx, want)
     return ctx.out
 
 

@@ -34,7 +34,7 @@ def test_alert_reads_collector_metrics_and_names_host_device_cause(rule):
     assert used <= known, used - known
     summary = rule["annotations"]["summary"]
     assert "$labels.host" in summary
-    assert any(f"$labels.{x}" in summary for x in ("device", "netdev", "gpu"))
+    assert any(f"$labels.{x}" in summary for x in ("device", "netdev", "gpu", "module"))  # module: DKMS
     assert ":" in summary  # "<where>: <likely cause>"
     assert rule["labels"]["severity"] in ("warning", "critical")
 
