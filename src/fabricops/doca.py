@@ -442,6 +442,15 @@ def installed_package_version(stdout: str | None, rc: int | None = 0) -> str | N
     return line[3:].strip() or None
 
 
+def profile_is_release(installed: str | None, release: str) -> bool:
+    """Whether an installed profile package version belongs to the DOCA release: ``3.1.0-1`` (and
+    NVIDIA's longer ``2.9.1-018000-24.10-...`` forms) is 3.1.0 / 2.9.1; ``2.9.10-1`` is not 2.9.1."""
+    if not installed or not release:
+        return False
+    v = installed.split(":", 1)[-1]
+    return v == release or v.startswith((f"{release}-", f"{release}+", f"{release}~"))
+
+
 def state(
     ofed_info_stdout: str | None,
     ofed_info_rc: int | None,

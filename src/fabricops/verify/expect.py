@@ -73,6 +73,9 @@ class HostExpect:
     gpudirect: bool = True
     #: nic_firmware / mlnx_ofed DKMS expectations (fabricops.verify.firmware.FirmwareExpect); None: none
     firmware: Any = None
+    #: DOCA-Host declared (mlnx_ofed_install_method: doca): {"version": "3.1.0", "profile": "doca-ofed"}.
+    #: The pin is then the DOCA release the profile package carries, not an MLNX_OFED version.
+    doca: dict[str, str] | None = None
 
     @property
     def link_layer(self) -> str:
@@ -117,6 +120,17 @@ def ofed_version(hostvars: Mapping[str, Any], override: str | None = None) -> tu
         if isinstance(value, str) and value and "{{" not in value:
             return _strip_ofed(value), name
     return None, None
+
+
+def doca_expect(hostvars: Mapping[str, Any]) -> dict[str, str] | None:
+    """The DOCA-Host release and profile the mlnx_ofed role installs (method ``doca``), or None."""
+    if hostvars.get("mlnx_ofed_install_method") != "doca":
+        return None
+    version = hostvars.get("mlnx_ofed_doca_version")
+    if not isinstance(version, str) or not version or "{{" in version:
+        return None
+    profile = hostvars.get("mlnx_ofed_doca_profile") or "doca-ofed"
+    return {"version": version, "profile": str(profile)}
 
 
 def _strip_ofed(value: str) -> str:
@@ -207,6 +221,10 @@ def host_expect(
             )
         prof = load_profile(str(name))
     version, var = ofed_version(hostvars, ofed_override)
+    doca = doca_expect(hostvars)
+    if doca and not ofed_override and var == "mlnx_ofed_version":
+        # the mlnx_ofed role's doca method does not read mlnx_ofed_version: it is not the pin
+        version, var = None, None
     # what the roce_host role applied, overrides included (validated by the roce_qos check)
     roce_source, roce = effective_definition(hostvars, host)
     ipoib = None
@@ -248,6 +266,7 @@ def host_expect(
         counter_baseline=counter_baseline,
         roce_addresses=roce_addresses(host, hostvars),
         subnet_manager=subnet_manager,
+        doca=doca,
         gpudirect=_flag(hostvars.get("fabricops_site_gpudirect", True)),
         firmware=_firmware_expect(hostvars),
     )

@@ -129,7 +129,11 @@ _PROBE_FN = (
 )
 _PROBE_FW = (
     'for d in /sys/class/infiniband/*/device; do [ -e "$d" ] || continue; n=${d%/device}; n=${n##*/}; '
-    'b=$(basename "$(readlink -f "$d")"); echo "@@hca $n $b $(ls "/sys/class/infiniband/$n/ports" | wc -l)"; '
+    # the kernel links device to the PCI function; where it is a directory (no link), uevent's
+    # PCI_SLOT_NAME names it (as the nic_firmware role reads it: filter nic_firmware_bdf)
+    'b=$(basename "$(readlink -f "$d")"); case $b in *:*:*.*) ;; *) '
+    'b=$(sed -n "s/^PCI_SLOT_NAME=//p" "$d/uevent" 2>/dev/null);; esac; '
+    'echo "@@hca $n ${b:-?} $(ls "/sys/class/infiniband/$n/ports" | wc -l)"; '
     't "mlxconfig:$n" mlxconfig -d "$b" -e q; done; '
     "t mlxfwmanager mlxfwmanager --query; "
 )

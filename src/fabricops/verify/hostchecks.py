@@ -126,6 +126,10 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
     want = _wanted(expect, only)
     if want & {"ofed_version"}:
         cmds["ofed_info"] = "ofed_info -s"
+        if expect.doca:
+            # the profile meta-package's state and version (fabricops.doca.installed_package_version)
+            fmt = "${db:Status-Abbrev}${Version}\\n"
+            cmds["doca_profile"] = f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.quote(expect.doca['profile'])}"
     # ibstat is read by the port checks and (link layers) by affinity, NCCL and pair planning.
     cmds["ibstat"] = "ibstat"
     if "hca_port" in want:
@@ -431,6 +435,9 @@ def _ofed(ctx: _Ctx) -> None:
     if rec is None:
         return
     got = rec.version_number or (rec.version or "").removeprefix("MLNX_OFED_LINUX-")
+    if ctx.expect.doca and not want:
+        _doca(ctx, rec, got)
+        return
     if not want:
         ctx.add(
             "hosts",
@@ -454,6 +461,43 @@ def _ofed(ctx: _Ctx) -> None:
         op="==",
         cause=None if ok else CAUSES["ofed"],
         source=ctx.expect.ofed_version_var,
+    )
+
+
+def _doca(ctx: _Ctx, rec: Any, got: str) -> None:
+    """DOCA-Host declared: ofed_info must show DOCA-OFED (``OFED-internal-``) and the profile
+    meta-package must be installed at the declared DOCA release (fabricops.doca, the role's rules)."""
+    from fabricops import doca
+
+    want = ctx.expect.doca or {}
+    release, profile = want.get("version", ""), want.get("profile", "doca-ofed")
+    res = ctx.raw.get("doca_profile") or {}
+    installed = doca.installed_package_version(res.get("stdout"), res.get("rc"))
+    kind = "doca" if (rec.version or "").startswith("OFED-internal-") else (
+        "mlnx_ofed" if (rec.version or "").startswith("MLNX_OFED_LINUX-") else None)
+    ok = kind == "doca" and doca.profile_is_release(installed, release)
+    if kind == "mlnx_ofed":
+        detail = (f"standalone MLNX_OFED {got}, declared DOCA-Host {release} ({profile}); run the mlnx_ofed "
+                  "role with mlnx_ofed_allow_stack_change: true")
+    elif kind != "doca":
+        detail = f"ofed_info -s shows no DOCA-OFED ({rec.version or 'nothing'}), declared DOCA-Host {release}"
+    elif installed is None:
+        detail = f"DOCA-OFED {got} but {profile} is not installed, declared DOCA-Host {release}"
+    elif not ok:
+        detail = f"DOCA-Host {profile} {installed}, declared {release} (mlnx_ofed_doca_version)"
+    else:
+        detail = f"DOCA-Host {release} ({profile} {installed}, DOCA-OFED {got})"
+    ctx.add(
+        "hosts",
+        "ofed_version",
+        None,
+        PASS if ok else FAIL,
+        f"{ctx.host}: {detail}",
+        measured=installed or got,
+        threshold=release,
+        op="==",
+        cause=None if ok else CAUSES["ofed"],
+        source="mlnx_ofed_doca_version",
     )
 
 

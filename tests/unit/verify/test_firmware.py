@@ -639,3 +639,24 @@ def test_probe_runs_in_sh_and_marks_the_role_state_dir(tmp_path):
     p = firmware.split_probe({"rc": out.returncode, "stdout": out.stdout})
     assert {"uname", "boot", "dkms", "sb_state", "test_key", "signer"} <= set(p.sections)
     assert p.sections["uname"]["rc"] == 0 and p.flags.get("mokqueued") is False
+
+
+def test_probe_finds_each_bdf_from_the_device_link_or_its_uevent(tmp_path):
+    """The kernel links /sys/class/infiniband/DEV/device to its PCI function; where it is a
+    directory the probe takes uevent's PCI_SLOT_NAME (what the nic_firmware role does too)."""
+    import subprocess
+
+    ib = tmp_path / "ib"
+    pci = tmp_path / "devices" / "0000:3c:00.0"
+    pci.mkdir(parents=True)
+    (ib / "mlx5_0" / "device").mkdir(parents=True)
+    (ib / "mlx5_0" / "device" / "uevent").write_text("DRIVER=mlx5_core\nPCI_SLOT_NAME=0000:1a:00.0\n")
+    (ib / "mlx5_1").mkdir()
+    (ib / "mlx5_1" / "device").symlink_to(pci)
+    for dev in ("mlx5_0", "mlx5_1"):
+        (ib / dev / "ports" / "1").mkdir(parents=True)
+    fw = firmware.expect_from_hostvars({"nic_firmware_presets": ["gpudirect"]})
+    cmd = firmware.probe_command(fw).replace("/sys/class/infiniband", str(ib))
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    hcas = [ln.split()[1:3] for ln in out.stdout.splitlines() if ln.startswith("@@hca ")]
+    assert sorted(hcas) == [["mlx5_0", "0000:1a:00.0"], ["mlx5_1", "0000:3c:00.0"]]

@@ -525,3 +525,47 @@ def test_nccl_profile_ib_hca_follows_the_planned_rails(emu, hostvars, collect):
     exp = _expect(dict(hostvars, nccl_profile_name="ib"), skip=["roce_qos"])
     r = _by(hostchecks.evaluate(exp, collect(exp)), "nccl_profile")[0]
     assert r.status == FAIL and "ports of the planned rails up but not in NCCL_IB_HCA: mlx5_1:1" in r.message
+
+
+DOCA_VARS = {"mlnx_ofed_install_method": "doca", "mlnx_ofed_doca_version": "3.1.0",
+             "mlnx_ofed_doca_profile": "doca-ofed"}
+
+
+def _doca_result(hostvars, collect, ofed_info: str, dpkg: str, dpkg_rc: int = 0):
+    exp = _expect({**hostvars, **DOCA_VARS}, skip=["roce_qos"])
+    cmds = hostchecks.commands(exp)
+    assert "${db:Status-Abbrev}${Version}" in cmds["doca_profile"] and cmds["doca_profile"].endswith("doca-ofed")
+    raw = collect(exp)
+    raw["ofed_info"] = {"rc": 0, "stdout": ofed_info, "stderr": ""}
+    raw["doca_profile"] = {"rc": dpkg_rc, "stdout": dpkg, "stderr": ""}
+    return _by(hostchecks.evaluate(exp, raw), "ofed_version")[0]
+
+
+def test_doca_host_is_pinned_by_its_release_not_mlnx_ofed_version(emu, collect, hostvars):
+    """mlnx_ofed_install_method doca: the pin is mlnx_ofed_doca_version on the profile package
+    (the role does not read mlnx_ofed_version, which the inventory may still carry)."""
+    assert hostvars.get("mlnx_ofed_version")
+    r = _doca_result(hostvars, collect, "OFED-internal-25.07-0.9.7.0:\n", "hi 3.1.0-1\n")
+    assert r.status == PASS and r.threshold == "3.1.0" and r.source == "mlnx_ofed_doca_version"
+    assert "DOCA-Host 3.1.0 (doca-ofed 3.1.0-1, DOCA-OFED 25.07-0.9.7.0)" in r.message
+
+
+@pytest.mark.parametrize(("ofed_info", "dpkg", "rc", "says"), [
+    ("MLNX_OFED_LINUX-24.10-1.1.4.0:\n", "", 1, "standalone MLNX_OFED 24.10-1.1.4.0, declared DOCA-Host 3.1.0"),
+    ("OFED-internal-24.10-1.1.4.0:\n", "hi 2.9.1-1\n", 0, "doca-ofed 2.9.1-1, declared 3.1.0"),
+    ("OFED-internal-25.07-0.9.7.0:\n", "", 1, "doca-ofed is not installed"),
+    ("OFED-internal-25.07-0.9.7.0:\n", "rc 3.1.0-1\n", 0, "doca-ofed is not installed"),  # removed, config left
+])
+def test_doca_host_mismatch_fails_with_what_is_there(emu, collect, hostvars, ofed_info, dpkg, rc, says):
+    r = _doca_result(hostvars, collect, ofed_info, dpkg, rc)
+    assert r.status == FAIL and says in r.message, r.message
+    assert "mlnx_ofed role" in r.cause
+
+
+def test_doca_profile_release_match():
+    from fabricops import doca
+
+    assert doca.profile_is_release("3.1.0-1", "3.1.0")
+    assert doca.profile_is_release("2.9.1-018000-24.10-ubuntu2204", "2.9.1")
+    assert not doca.profile_is_release("2.9.10-1", "2.9.1")
+    assert not doca.profile_is_release(None, "3.1.0") and not doca.profile_is_release("3.1.0-1", "")
