@@ -129,7 +129,8 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
         if expect.doca:
             # the profile meta-package's state and version (fabricops.doca.installed_package_version)
             fmt = "${db:Status-Abbrev}${Version}\\n"
-            cmds["doca_profile"] = f"dpkg-query -W -f={shlex.quote(fmt)} {shlex.quote(expect.doca['profile'])}"
+            profile = shlex.quote(expect.doca["profile"])
+            cmds["doca_profile"] = f"dpkg-query -W -f={shlex.quote(fmt)} {profile}"
     # ibstat is read by the port checks and (link layers) by affinity, NCCL and pair planning.
     cmds["ibstat"] = "ibstat"
     if "hca_port" in want:

@@ -534,7 +534,8 @@ DOCA_VARS = {"mlnx_ofed_install_method": "doca", "mlnx_ofed_doca_version": "3.1.
 def _doca_result(hostvars, collect, ofed_info: str, dpkg: str, dpkg_rc: int = 0):
     exp = _expect({**hostvars, **DOCA_VARS}, skip=["roce_qos"])
     cmds = hostchecks.commands(exp)
-    assert "${db:Status-Abbrev}${Version}" in cmds["doca_profile"] and cmds["doca_profile"].endswith("doca-ofed")
+    assert "${db:Status-Abbrev}${Version}" in cmds["doca_profile"]
+    assert cmds["doca_profile"].endswith("doca-ofed")
     raw = collect(exp)
     raw["ofed_info"] = {"rc": 0, "stdout": ofed_info, "stderr": ""}
     raw["doca_profile"] = {"rc": dpkg_rc, "stdout": dpkg, "stderr": ""}
@@ -551,7 +552,8 @@ def test_doca_host_is_pinned_by_its_release_not_mlnx_ofed_version(emu, collect, 
 
 
 @pytest.mark.parametrize(("ofed_info", "dpkg", "rc", "says"), [
-    ("MLNX_OFED_LINUX-24.10-1.1.4.0:\n", "", 1, "standalone MLNX_OFED 24.10-1.1.4.0, declared DOCA-Host 3.1.0"),
+    ("MLNX_OFED_LINUX-24.10-1.1.4.0:\n", "", 1,
+     "standalone MLNX_OFED 24.10-1.1.4.0, declared DOCA-Host 3.1.0"),
     ("OFED-internal-24.10-1.1.4.0:\n", "hi 2.9.1-1\n", 0, "doca-ofed 2.9.1-1, declared 3.1.0"),
     ("OFED-internal-25.07-0.9.7.0:\n", "", 1, "doca-ofed is not installed"),
     ("OFED-internal-25.07-0.9.7.0:\n", "rc 3.1.0-1\n", 0, "doca-ofed is not installed"),  # removed, config left
