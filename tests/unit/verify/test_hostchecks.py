@@ -556,7 +556,8 @@ def test_doca_host_is_pinned_by_its_release_not_mlnx_ofed_version(emu, collect, 
      "standalone MLNX_OFED 24.10-1.1.4.0, declared DOCA-Host 3.1.0"),
     ("OFED-internal-24.10-1.1.4.0:\n", "hi 2.9.1-1\n", 0, "doca-ofed 2.9.1-1, declared 3.1.0"),
     ("OFED-internal-25.07-0.9.7.0:\n", "", 1, "doca-ofed is not installed"),
-    ("OFED-internal-25.07-0.9.7.0:\n", "rc 3.1.0-1\n", 0, "doca-ofed is not installed"),  # removed, config left
+    # removed, its configuration files left
+    ("OFED-internal-25.07-0.9.7.0:\n", "rc 3.1.0-1\n", 0, "doca-ofed is not installed"),
 ])
 def test_doca_host_mismatch_fails_with_what_is_there(emu, collect, hostvars, ofed_info, dpkg, rc, says):
     r = _doca_result(hostvars, collect, ofed_info, dpkg, rc)
