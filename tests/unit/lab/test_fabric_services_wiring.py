@@ -153,7 +153,7 @@ def test_start_services_prepares_the_fabric_manager_repo_after_ofed(tmp_path, mo
             return {"repo_url": "http://198.51.100.1:8080/nvidia-fabricmanager", "versions": ["550.54.15"],
                     "packages": ["nvidia-fabricmanager-550"]}
 
-    mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": FabricServices}
+    mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": FabricServices, "firmware_images": None}
     monkeypatch.setattr(rack, "_service", lambda name: mods[name])
     lab = {"name": "t", "hosts": {}}
     rack._start_services(lab)
