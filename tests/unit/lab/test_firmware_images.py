@@ -65,3 +65,29 @@ def test_served_image_is_what_the_emulated_mlxfwmanager_burns(tmp_path, monkeypa
     assert rc == 0, out.getvalue()
     assert mgrp.parse_query(out.getvalue())[0]["versions"]["FW"]["available"] == newer["version"]
     assert firmware.load_state(hca)["burned"] == newer["version"]
+
+
+def test_lab_up_builds_the_images_after_the_ofed_repository(tmp_path, monkeypatch):
+    from fabricops.lab import paths, rack
+
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path)
+    calls = []
+
+    class Ofed:
+        @staticmethod
+        def prepare(lab):
+            calls.append("ofed")
+            return {"pid": 1}
+
+    class Images:
+        @staticmethod
+        def prepare(lab):
+            calls.append("firmware_images")
+            return {"url": "http://198.51.100.1:8080/firmware/", "images": {}}
+
+    mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": None, "firmware_images": Images}
+    monkeypatch.setattr(rack, "_service", lambda name: mods[name])
+    lab = {"name": "t", "hosts": {}}
+    rack._start_services(lab)
+    assert calls == ["ofed", "firmware_images"]
+    assert paths.load_lab()["nic_firmware"]["url"] == "http://198.51.100.1:8080/firmware/"
