@@ -481,3 +481,27 @@ def test_hca_address_from_the_sysfs_netdev_without_uevent():
     """No PCI_SLOT_NAME: mlx5_0's netdev ibp26s0 (sysfs evidence) names bus 0x1a."""
     raw = gpu_path(hca_pci=ok(""), lspci=ok(_lspci(_ACS_ON)))
     assert kinds(d.analyse({"gpu04": raw}, CTX)) == [("acs_redirect", "0000:17:02.0")]
+
+
+def test_diagnose_playbook_collects_what_the_cli_collects():
+    """playbooks/diagnose.yml takes its evidence commands from BASE_COMMANDS (its own copy lacked the
+    PCIe and firmware probes) and writes the firmware/DKMS context the analysis reads."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from fabricops import diagnose as diag
+
+    book = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks/diagnose.yml").read_text())
+    play_vars = book[0]["vars"]
+    out = subprocess.run([sys.executable, "-c", play_vars["diagnose_commands_py"]],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == diag.BASE_COMMANDS
+    assert "fw_probe" in diag.BASE_COMMANDS and "lspci" in diag.BASE_COMMANDS
+    context = book[1]["tasks"][0]["ansible.builtin.copy"]["content"]
+    for key in ("nic_firmware_presets", "nic_firmware_config", "nic_firmware_device_config",
+                "nic_firmware_versions", "mlnx_ofed_install_method", "mlnx_ofed_dkms_kernels"):
+        assert f"'{key}'" in context, key
