@@ -81,6 +81,8 @@ SITES: dict[str, dict[str, Any]] = {
     "fabric_monitor_expected_rate_gbps": {"key": _key("InfiniBand", 400), "value": _val("InfiniBand", "400")},
     "fabric_monitor_ethtool": {"str": _s("ethtool")},
     "fabric_monitor_nvidia_smi": {"str": _s("nvidia-smi")},
+    "fabric_monitor_nic_firmware_versions": {"key": _key("MT_0000000838", "28.43.1014"),
+                                             "value": _val("MT_0000000838", "28.43.1014")},
     "gpudirect_module": {"str": _s("nvidia_peermem")},
     "gpudirect_unit_name": {"str": _s("nvidia-peermem.service")},
     "gpudirect_unit_path": {"str": _s("/etc/systemd/system/nvidia-peermem.service")},
