@@ -313,8 +313,9 @@ ROLE_VARS: dict[str, Validator] = {
     "fabric_monitor_expected_rate_gbps": dict_of(rate_key, number),
     "fabric_monitor_ethtool": program,
     "fabric_monitor_nvidia_smi": program,
-    "fabric_monitor_nic_firmware_versions": dict_of(pattern(_PSID, "a PSID like MT_0000000838"),
-                                                    pattern(_FW_VERSION, "a firmware version like 28.43.1014")),
+    "fabric_monitor_nic_firmware_versions": dict_of(
+        pattern(_PSID, "a PSID like MT_0000000838"), pattern(_FW_VERSION, "a firmware version like 28.43.1014")
+    ),
     # gpudirect
     "gpudirect_module": kmod,
     "gpudirect_unit_name": unit,
