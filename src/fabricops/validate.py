@@ -314,7 +314,8 @@ ROLE_VARS: dict[str, Validator] = {
     "fabric_monitor_ethtool": program,
     "fabric_monitor_nvidia_smi": program,
     "fabric_monitor_nic_firmware_versions": dict_of(
-        pattern(_PSID, "a PSID like MT_0000000838"), pattern(_FW_VERSION, "a firmware version like 28.43.1014")
+        pattern(_PSID, "a PSID like MT_0000000838"),
+        pattern(_FW_VERSION, "a firmware version like 28.43.1014"),
     ),
     # gpudirect
     "gpudirect_module": kmod,
