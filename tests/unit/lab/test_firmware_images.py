@@ -85,7 +85,8 @@ def test_lab_up_builds_the_images_after_the_ofed_repository(tmp_path, monkeypatc
             calls.append("firmware_images")
             return {"url": "http://198.51.100.1:8080/firmware/", "images": {}}
 
-    mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": None, "firmware_images": Images}
+    mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": None, "firmware_images": Images,
+            "doca_repo": None}
     monkeypatch.setattr(rack, "_service", lambda name: mods[name])
     lab = {"name": "t", "hosts": {}}
     rack._start_services(lab)
