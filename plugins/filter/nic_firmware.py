@@ -54,7 +54,7 @@ def nic_firmware_bdf(link_source, uevent=""):
         if _fw.BDF.fullmatch(candidate):
             return candidate
     for line in str(uevent or "").splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key.strip() == "PCI_SLOT_NAME" and _fw.BDF.fullmatch(value.strip()):
             return value.strip()
     return ""

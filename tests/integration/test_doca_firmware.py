@@ -172,11 +172,17 @@ def test_firmware_setting_converges_through_a_consented_reset(play, ssh, tmp_pat
     pending = [r for r in by["nic_fw_reset_pending"] if r["status"] == "fail"]
     assert rc == 1 and pending and "ADVANCED_PCI_SETTINGS" in pending[0]["message"], text
     assert "nic_firmware_allow_reset: true" in pending[0]["message"]
+    rc, _report, text = _drift(tmp_path, "--tags", "firmware", *GPUDIRECT)
+    assert rc == 3 and "RESET PENDING" in text, text  # set for the next boot, not running: drift
     # consent: mlxfwreset once per card, then everything holds
     reset = play("playbooks/firmware.yml", *GPUDIRECT, "-e", "nic_firmware_allow_reset=true")
     assert reset.rc == 0 and reset.hosts[HOST]["changed"] > 0, reset.stdout[-3000:]
-    q = ssh(HOST, "mlxconfig -d mlx5_0 -e q ADVANCED_PCI_SETTINGS").stdout
-    assert "True(1)         True(1)         True(1)" in q, q
+    from fabricops.parsers import mlxconfig
+
+    for dev in ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"):  # mlx5_3 is the second function of mlx5_2's card
+        q = mlxconfig.parse_query(ssh(HOST, f"mlxconfig -d {dev} -e q ADVANCED_PCI_SETTINGS").stdout)
+        row = q["configs"]["ADVANCED_PCI_SETTINGS"]
+        assert mlxconfig.value_int(row["current"]) == mlxconfig.value_int(row["next"]) == 1, (dev, row)
     again = play("playbooks/firmware.yml", *GPUDIRECT, "-e", "nic_firmware_allow_reset=true")
     assert again.rc == 0 and again.hosts[HOST]["changed"] == 0, again.stdout[-3000:]
     rc, by, text = _verify(tmp_path, *GPUDIRECT)
@@ -193,6 +199,9 @@ def test_firmware_version_mismatch_is_burned_once_with_consent(play, ssh, tmp_pa
     before = ssh(HOST, SNAPSHOT).stdout
     check = play("playbooks/firmware.yml", "--check", *DOCA)
     assert check.rc == 0 and check.hosts[HOST]["changed"] > 0, check.stdout[-3000:]
+    assert ssh(HOST, SNAPSHOT).stdout == before
+    rc, _report, text = _drift(tmp_path, "--tags", "firmware")
+    assert rc == 3 and f"run 28.38.1000, pinned {pinned}" in text, text  # a pin not met is drift
     assert ssh(HOST, SNAPSHOT).stdout == before
     no_consent = play("playbooks/firmware.yml")
     assert no_consent.rc == 0 and "nic_firmware_allow_update" in no_consent.stdout, no_consent.stdout[-3000:]
