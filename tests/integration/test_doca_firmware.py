@@ -50,7 +50,8 @@ def _fault(*args: str) -> None:
 
 def _verify(tmp_path, *args: str) -> tuple[int, dict[str, list[dict]], str]:
     out = tmp_path / f"verify{len(list(tmp_path.glob('verify*.json')))}.json"
-    p = _fabricops("verify", "-q", "--limit", HOST, "--only", "hosts", "--json", str(out), *DOCA, *args)
+    p = _fabricops("verify", "-q", "--limit", HOST, "--only", "hosts", "--json", str(out), *DOCA,
+                   *NOT_CONVERGED, *args)
     data = json.loads(out.read_text())
     by: dict[str, list[dict]] = {}
     for r in data["results"]:
@@ -127,9 +128,16 @@ def test_mlnx_ofed_to_doca_host_with_consent_then_nothing_to_do(play, ssh):
     assert "RESTART PENDING" not in again.stdout
 
 
+# The phases this module converges on gpu02 are the driver's and the firmware's: the others leave
+# state later modules start without (roce_host's QoS unit re-applies mlnx_qos after an openibd
+# restart, IPoIB addresses), so their checks are not this module's to pass.
+NOT_CONVERGED = [a for c in ("ipoib", "roce_qos", "nccl_profile", "gpudirect", "rail_consistency")
+                 for a in ("--skip", c)]
+
+
 def test_doca_host_stays_verified(play, tmp_path):
-    site = play("site.yml", "--tags", "hosts", *DOCA, "-e", "ipoib_allow_restart=true")
-    assert site.rc == 0, site.stdout[-4000:]
+    site = play("site.yml", "--tags", "ofed,firmware", *DOCA)
+    assert site.rc == 0 and site.hosts[HOST]["changed"] == 0, site.stdout[-4000:]  # converged above
     rc, by, text = _verify(tmp_path)
     assert rc == 0, text
     (ofed,) = by["ofed_version"]
