@@ -33,6 +33,18 @@ def package_files(module):
         raise AnsibleFilterError(f"package_files: {exc}") from None
 
 
+def package_stale(files, probe, lib_dir):
+    """package_files' entries and their directories that differ on the host, judged from one read
+    of the installed copy (``find LIB -printf '%y %m %U %G %P\\n' -type f -exec sha256sum {} +``):
+    ``{files: [...], dirs: [...]}``; only these are written, so a no-change run makes no per-file
+    round trip and check mode still reports each file that would change."""
+    if IMPORT_ERROR is not None:
+        raise AnsibleFilterError(missing_package("the fabricops.fabric.package_stale filter", IMPORT_ERROR))
+    if not isinstance(files, list):
+        raise AnsibleFilterError("package_stale: the input must be the list package_files gives.")
+    return _ship.stale(files, probe or "", str(lib_dir))
+
+
 class FilterModule:
     def filters(self):
-        return {"package_files": package_files}
+        return {"package_files": package_files, "package_stale": package_stale}

@@ -14,13 +14,14 @@ collection carries no copy of them.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from pathlib import Path
 
 import fabricops
 from fabricops.errors import FabricopsError
 
-__all__ = ["ShipError", "files_for", "package_root"]
+__all__ = ["PROBE_FORMAT", "ShipError", "files_for", "package_root", "stale"]
 
 _NAME = re.compile(r"fabricops(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 
@@ -87,3 +88,41 @@ def files_for(module: str) -> list[dict[str, str]]:
         files[path.relative_to(root.parent).as_posix()] = str(path)
         todo.extend(_imports(name, path))
     return [{"path": rel, "src": files[rel]} for rel in sorted(files)]
+
+
+# What the roles read of the installed copy in one host round trip (``find LIB -printf PROBE_FORMAT
+# -type f -exec sha256sum {} +``): one ``TYPE MODE UID GID RELPATH`` line per entry (``%P`` is empty
+# for LIB itself), then ``sha256sum``'s ``HEX  /abs/path`` lines for the files.
+PROBE_FORMAT = "%y %m %U %G %P\\n"
+_ENTRY = re.compile(r"(?P<type>[a-zA-Z]) (?P<mode>[0-7]{3,4}) (?P<uid>\d+) (?P<gid>\d+) (?P<path>.*)")
+_SUM = re.compile(r"(?P<sha>[0-9a-f]{64})  (?P<path>/.*)")
+
+
+def stale(files: list[dict[str, str]], probe: str, lib_dir: str, mode: str = "644",
+          dir_mode: str = "755") -> dict[str, list]:
+    """Which of ``files`` (:func:`files_for`) and of their directories under ``lib_dir`` differ on the
+    host, judged from ``probe`` (the output of the read above): ``{"files": [entry, ...], "dirs":
+    [relpath, ...]}``. A file is stale when it is absent, not a regular file, of another content,
+    mode or owner (root:root); a directory when absent, not a directory, of another mode or owner.
+    A line the read did not print (an unreadable or missing tree) counts as absent, so an
+    unreadable probe ships everything: it never hides a difference."""
+    lib = str(lib_dir).rstrip("/")
+    entries: dict[str, tuple[str, str, str, str]] = {}
+    sums: dict[str, str] = {}
+    for line in str(probe).splitlines():
+        m = _SUM.fullmatch(line)
+        if m:
+            if m["path"].startswith(lib + "/"):
+                sums[m["path"][len(lib) + 1:]] = m["sha"]
+            continue
+        m = _ENTRY.fullmatch(line)
+        if m:
+            entries[m["path"]] = (m["type"], m["mode"].lstrip("0") or "0", m["uid"], m["gid"])
+    want_dirs = sorted({str(Path(f["path"]).parent) for f in files})
+    dirs = [d for d in want_dirs if entries.get(d) != ("d", dir_mode, "0", "0")]
+    out = []
+    for f in files:
+        digest = hashlib.sha256(Path(f["src"]).read_bytes()).hexdigest()
+        if entries.get(f["path"]) != ("f", mode, "0", "0") or sums.get(f["path"]) != digest:
+            out.append(f)
+    return {"files": out, "dirs": dirs}
