@@ -10,12 +10,23 @@ whose RoCE QoS and NCCL files were reset (mlnx_qos PFC off, /etc/nccl.conf remov
 configuration phases do real work, the OFED phase finds its version installed. Sizes larger than
 the lab that is up are not measured; the script prints how to bring such a lab up (`fabricops lab
 up --hosts N`, which replaces the shared 4-host lab: do it only on a machine of your own).
+
+    .venv/bin/python bench/ansible_speed.py --vs v0.2.0 --runs rerun drift [--top 15]
+
+``--vs REV`` times the same runs with the code of REV (a git worktree of it, its own roles, plugins
+and Python package) and with this checkout, alternately on the same lab, both with the
+repository's settings. Each row gives, besides the wall time: the tasks each host went through
+(ok, skipped), the seconds per host, and where the CPU went: the controller (ansible-playbook,
+its forks and the SSH clients) and the rest of the machine (on the lab: the hosts' modules and
+emulated tools). ``--top N`` lists the N tasks that took longest in each tree's no-change run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -54,10 +65,49 @@ def lab_hosts() -> list[str]:
         return []
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
-    return time.monotonic() - t0, proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
+def _busy() -> float:
+    """CPU seconds the whole machine has spent (every core, user + system), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, int, str, float, float]:
+    """(wall s, exit, output tail, controller CPU s, other CPU s) of one run."""
+    t0, b0, c0 = time.monotonic(), _busy(), _children()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    wall, busy, ctl = time.monotonic() - t0, _busy() - b0, _children() - c0
+    return wall, proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:], ctl, max(busy - ctl, 0.0)
+
+
+def _tasks(path: Path, hosts: int) -> str:
+    """``T tasks/host (ok O, skipped S)`` from the timing callback's records."""
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    ok = sum(r["ok"] for r in rows) / hosts
+    skipped = sum(r["skipped"] for r in rows) / hosts
+    return f"{ok + skipped:5.0f} tasks/host (ok {ok:.0f}, skipped {skipped:.0f})"
+
+
+def worktree(rev: str) -> Path:
+    """A git worktree of ``rev`` set up as the collection fabricops.fabric, reused when present."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    tree = Path(tempfile.gettempdir()) / f"fabricops-bench-{sha[:12]}"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), sha], cwd=REPO, check=True)
+    link = tree / ".collections/ansible_collections/fabricops/fabric"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to("../../..")
+    return tree
 
 
 def reset(hosts: list[str]) -> None:
@@ -68,8 +118,15 @@ def reset(hosts: list[str]) -> None:
 RUNS = {"converge": "converge", "rerun": "re-run (no change)", "drift": "drift (check mode)"}
 
 
-def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str]) -> list[str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ['PATH']}")
+TOP: dict[str, list[dict]] = {}
+
+
+def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str],
+          root: Path = REPO) -> list[str]:
+    timing = Path(tempfile.mkdtemp(prefix="fabricops-bench-")) / "tasks.json"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ['PATH']}",
+               PYTHONPATH=str(root / "src"), ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench/callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="fabricops_tasktime", FABRICOPS_TASKTIME_OUT=str(timing))
     play = [str(BIN / "ansible-playbook"), "site.yml", "--limit", limit, "--tags", "hosts",
             "-e", f"fabricops_serial={len(hosts)}", *EXTRA]
     drift = [str(BIN / "fabricops"), "drift", "--limit", limit, *EXTRA]
@@ -80,9 +137,16 @@ def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str]) 
         if key not in runs:
             continue
         name = RUNS[key]
-        secs, rc, tail = timed(argv, env)
-        ok = rc == 0 or (name.startswith("drift") and rc in (0, 2))
-        rows.append(f"{label:<22} {len(hosts):>5}  {name:<20} {secs:7.1f} s{'' if ok else f'  (exit {rc})'}")
+        timing.unlink(missing_ok=True)
+        secs, rc, tail, ctl, other = timed(argv, env, root)
+        ok = rc == 0 or (name.startswith("drift") and rc in (0, 3))
+        tasks = _tasks(timing, len(hosts)) if key != "drift" else ""
+        if key == "rerun" and timing.exists():
+            TOP[label] = json.loads(timing.read_text())
+        per = secs / len(hosts)
+        rows.append(f"{label:<22} {len(hosts):>5}  {name:<20} {secs:7.1f} s  {per:6.1f} s/host  "
+                    f"CPU controller {ctl:6.1f} s, hosts {other:6.1f} s  {tasks}"
+                    f"{'' if ok else f'  (exit {rc})'}")
         if not ok:
             print(tail, file=sys.stderr)
     return rows
@@ -98,6 +162,10 @@ def main() -> int:
     ap.add_argument("--runs", nargs="*", choices=list(RUNS), default=list(RUNS),
                     help="which runs to time (default: all; a re-run without a converge before it "
                          "times a lab that is already converged)")
+    ap.add_argument("--vs", metavar="REV",
+                    help="also time the code of git revision REV (a worktree), side by side, repo settings")
+    ap.add_argument("--top", type=int, default=0, metavar="N",
+                    help="list the N slowest tasks of each no-change run")
     args = ap.parse_args()
     up = lab_hosts()
     if not up:
@@ -105,14 +173,19 @@ def main() -> int:
         return 1
     stock = Path(tempfile.mkdtemp(prefix="fabricops-bench-")) / "stock.cfg"
     stock.write_text(STOCK_CFG.format(repo=REPO))
-    configs = [(cfg, label) for key, cfg, label in (("repo", REPO / "ansible.cfg", "repo ansible.cfg"),
-                                                     ("stock", stock, "stock settings"))
+    configs = [(cfg, label, REPO) for key, cfg, label in (("repo", REPO / "ansible.cfg", "repo ansible.cfg"),
+                                                           ("stock", stock, "stock settings"))
                if key in args.settings]
+    if args.vs:
+        old = worktree(args.vs)
+        configs = [(old / "ansible.cfg", f"{args.vs[:12]} (before)", old),
+                   (REPO / "ansible.cfg", "this checkout", REPO)]
     print(f"{'settings':<22} {'hosts':>5}  {'run':<20} {'time':>9}")
     if args.limit:
         hosts = [h for h in up if h in args.limit.split(",")] or up
-        for cfg, label in configs:
-            print("\n".join(bench(args.limit, hosts, cfg, label, args.runs)), flush=True)
+        for cfg, label, root in configs:
+            print("\n".join(bench(args.limit, hosts, cfg, label, args.runs, root)), flush=True)
+        top(args.top)
         return 0
     for n in args.sizes:
         if n != len(up):
@@ -120,9 +193,19 @@ def main() -> int:
                   f"run `fabricops lab down && fabricops lab up --hosts {n}` (32 needs "
                   f"fs.inotify.max_user_instances=256) and run this again")
             continue
-        for cfg, label in configs:
-            print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs)), flush=True)
+        for cfg, label, root in configs:
+            print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs, root)), flush=True)
+    top(args.top)
     return 0
+
+
+def top(n: int) -> None:
+    for label, rows in TOP.items():
+        if n <= 0:
+            return
+        print(f"\n{label}: the {n} slowest tasks of the no-change run (wall s, all hosts together)")
+        for r in sorted(rows, key=lambda r: -r["seconds"])[:n]:
+            print(f"  {r['seconds']:6.2f}  {r['action']:<36} {r['task'][:90]}")
 
 
 if __name__ == "__main__":
