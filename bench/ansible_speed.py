@@ -107,6 +107,12 @@ def worktree(rev: str) -> Path:
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
         link.symlink_to("../../..")
+    # the lab's inventory is written by `fabricops lab up` (ignored by git): both trees use the one up
+    lab = tree / "inventories/lab"
+    if not lab.is_symlink():
+        if lab.exists():
+            subprocess.run(["rm", "-rf", str(lab)], check=True)
+        lab.symlink_to(REPO / "inventories/lab")
     return tree
 
 
