@@ -8,19 +8,19 @@ plugins, so they live here.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
-    from fabricops import services as _svc
     from fabricops.errors import ParseError
-    from fabricops.parsers import nvidia_smi as _nvsmi
-    from fabricops.parsers import sminfo as _sminfo
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _svc = None
     ParseError = Exception
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+# imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_svc = LazyModule("fabricops.services")
+_nvsmi = LazyModule("fabricops.parsers.nvidia_smi")
+_sminfo = LazyModule("fabricops.parsers.sminfo")
 
 
 def _need():

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
-    from fabricops import ipoib as _ipoib
-    from fabricops import nccl as _nccl
-    from fabricops import validate as _validate
+    import fabricops.errors  # noqa: F401 - is the package there at all
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _ipoib = _nccl = _validate = None
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+# imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_ipoib = LazyModule("fabricops.ipoib")
+_nccl = LazyModule("fabricops.nccl")
+_validate = LazyModule("fabricops.validate")
 
 
 def _need_package():

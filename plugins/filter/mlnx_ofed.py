@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
-    from fabricops import doca as _doca
-    from fabricops import ofed as _ofed
     from fabricops.errors import FabricopsError
-    from fabricops.parsers import dkms as _dkms_parser
-    from fabricops.parsers import mokutil as _mokutil
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _ofed = _doca = _dkms_parser = _mokutil = None
     FabricopsError = Exception
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+# imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_doca = LazyModule("fabricops.doca")
+_ofed = LazyModule("fabricops.ofed")
+_dkms_parser = LazyModule("fabricops.parsers.dkms")
+_mokutil = LazyModule("fabricops.parsers.mokutil")
 
 
 def _need_package():

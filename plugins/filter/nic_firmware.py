@@ -12,19 +12,19 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
-    from fabricops import firmware as _fw
     from fabricops.errors import FabricopsError
-    from fabricops.parsers import mlxfwmanager as _mlxfwmanager
-    from fabricops.parsers import mlxfwreset as _mlxfwreset
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _fw = None
     FabricopsError = Exception
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+# imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_fw = LazyModule("fabricops.firmware")
+_mlxfwmanager = LazyModule("fabricops.parsers.mlxfwmanager")
+_mlxfwreset = LazyModule("fabricops.parsers.mlxfwreset")
 
 
 def _need_package():

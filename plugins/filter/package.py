@@ -10,17 +10,17 @@ copies inside the collection (which carries no ``src/``). The logic is fabricops
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import missing_package
+from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
     from fabricops.errors import FabricopsError
-    from fabricops.hostside import ship as _ship
 except ImportError as exc:  # pragma: no cover - only without the Python package
-    _ship = None
     FabricopsError = Exception
     IMPORT_ERROR = exc
 else:
     IMPORT_ERROR = None
+# imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_ship = LazyModule("fabricops.hostside.ship")
 
 
 def package_files(module):

@@ -46,3 +46,27 @@ def missing_package(plugin: str, exc: BaseException) -> str:
         f"`{sys.executable} -m pip install fabricops-{collection_version()}-py3-none-any.whl` (built from "
         "the fabricops source with `python3 -m pip wheel --no-deps .`; README, Install on your controller)"
     )
+
+
+class LazyModule:
+    """A module of the fabricops package that is imported when a plugin first uses it.
+
+    Ansible runs each task for each host in a forked worker, and the worker, not the parent,
+    loads the filter plugins; on the first collection filter it loads every filter file of the
+    collection. A fabricops import at the top of a filter file is therefore paid again by every
+    task and host whose templates use any of the collection's filters (on the 2-core lab, about
+    150 ms for all of them, more than the rest of a set_fact). Imported on first use, a task pays
+    only for the module its own filter calls. ``fabricops.errors`` (small) stays a plain import:
+    it is the check that the package is there at all (``missing_package``).
+    """
+
+    def __init__(self, name: str):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attr: str):  # called only for names the proxy itself does not have
+        if self._module is None:
+            import importlib
+
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
