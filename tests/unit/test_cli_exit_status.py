@@ -336,3 +336,34 @@ def test_drift_not_checked_and_progress(w, capsys, monkeypatch, tmp_path):
     # without -v, off a terminal: no progress at all, only the report on stdout
     rc, out, err = _run(["drift", "-i", str(w / "ok.yml"), "--playbook", str(w / "clean.yml")], capsys)
     assert rc == EXIT_OK and err == "" and "NO DRIFT (exit 0)" in out and "no drift: h1, h2" in out
+
+
+def _rolling(w) -> Path:
+    """A rolling play like site.yml's host play whose first host fails before the declared state."""
+    book = w / "rolling.yml"
+    book.write_text(
+        "- hosts: gpu_hosts\n  gather_facts: false\n"
+        "  serial: \"{{ fabricops_serial | default(1) }}\"\n"
+        "  max_fail_percentage: \"{{ fabricops_max_fail_percentage | default(0) }}\"\n  tasks:\n"
+        "    - name: Preflight fails on h1\n"
+        "      ansible.builtin.fail: {msg: bad input}\n"
+        "      when: inventory_hostname == 'h1'\n"
+        "    - name: Declared state\n"
+        f"      ansible.builtin.copy: {{content: \"mtu=4200\\n\", dest: {w}/state.txt}}\n"
+    )
+    return book
+
+
+def test_drift_checks_every_host_in_one_batch(w, capsys, monkeypatch, tmp_path):
+    """Check mode changes nothing: batches and the failure budget would only hide h2 behind h1."""
+    monkeypatch.chdir(tmp_path)
+    book = _rolling(w)
+    rc, out, _ = _run(["drift", "-i", str(w / "ok.yml"), "--playbook", str(book), "--json", "-"], capsys)
+    data = json.loads(out)
+    assert rc == EXIT_NORUN and list(data["not_checked"]) == ["h1"], data  # h1 failed: no verdict for it
+    assert data["hosts"] == ["h1", "h2"] and data["items"] == [], data  # h2 was checked: no drift
+    # the inventory's (or the user's) own batches still win when given
+    rc, out, _ = _run(["drift", "-i", str(w / "ok.yml"), "--playbook", str(book), "--json", "-",
+                       "-e", "fabricops_serial=1"], capsys)
+    data = json.loads(out)
+    assert rc == EXIT_NORUN and sorted(data["not_checked"]) == ["h1", "h2"], data

@@ -44,13 +44,22 @@ def _skip(args) -> tuple[str, ...]:
     return tuple(t for t in (args.skip_tags or "").split(",") if t)
 
 
+# A check run changes nothing, so the rolling rollout's batches and failure budget only cost time
+# (one host at a time by default) and hide hosts: a failed host would end the run before the next
+# batch was checked. Check runs take every host in one batch with no budget; --fix applies with the
+# inventory's own fabricops_serial and fabricops_max_fail_percentage. These come before the user's
+# -e, which wins (a later -e overrides an earlier one).
+CHECK_EXTRA_VARS = ("fabricops_serial=100%", "fabricops_max_fail_percentage=100")
+
+
 def _run(args, check: bool, artifacts, targets, out, label: str) -> drift_report.DriftReport:
     from fabricops.drift.progress import DriftProgress
     from fabricops.drift.runner import run_playbook
 
     live = DriftProgress(out, check_mode=check, label=label)
+    extra = [*(CHECK_EXTRA_VARS if check else ()), *(args.extra_vars or ())]
     run = run_playbook(
-        args.playbook, inventory=args.inventory, limit=args.limit, check=check, extra_vars=args.extra_vars,
+        args.playbook, inventory=args.inventory, limit=args.limit, check=check, extra_vars=extra,
         skip_tags=_skip(args), tags=args.tags, keep_artifacts=artifacts,
         quiet=not (args.verbose and not args.quiet), on_event=live,
     )
