@@ -9,12 +9,14 @@ Other roles may add their filters here.
 
 from __future__ import annotations
 
+import importlib
+
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
-    import fabricops.errors  # noqa: F401 - is the package there at all
+    importlib.import_module("fabricops.errors")  # is the package there at all
 except ImportError as exc:  # pragma: no cover - only without the Python package
     IMPORT_ERROR = exc
 else:
