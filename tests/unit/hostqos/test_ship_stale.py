@@ -91,12 +91,15 @@ def test_an_owner_other_than_root_is_a_difference(tree):
 def test_the_roles_read_with_the_format_the_comparison_parses(role):
     name, pre = TASKS[role]
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / name).read_text())
-    (probe,) = [t for t in tasks if t.get("register") == f"{pre}_lib_probe"]
-    argv = probe["ansible.builtin.command"]["argv"]
+    # one host_read (it only reads, in check mode too, and never fails on find's exit status)
+    (probe,) = [t for t in tasks if t.get("register") == f"{pre}_read"]
+    argv = probe["fabricops.fabric.host_read"]["commands"]["lib"]
     assert argv[:4] == ["find", f"{{{{ {pre}_lib_dir }}}}", "-printf", ship.PROBE_FORMAT]
     assert argv[4:] == ["-type", "f", "-exec", "sha256sum", "{}", "+"]
-    assert probe["check_mode"] is False and probe["changed_when"] is False
+    facts = [t["ansible.builtin.set_fact"] for t in tasks if "ansible.builtin.set_fact" in t]
+    (stale,) = [f[f"{pre}_lib_stale"] for f in facts if f"{pre}_lib_stale" in f]
+    assert f"package_stale({pre}_read.commands.lib.stdout," in stale.replace("\n", " ")
     # the copy and the directories loop over what the comparison found, nothing else
     loops = {t.get("loop_control", {}).get("loop_var"): t["loop"] for t in tasks if "loop" in t}
-    assert loops[f"{pre}_lib_file"] == f"{{{{ {pre}_stale_lib_files }}}}"
+    assert loops[f"{pre}_lib_file"] == f"{{{{ {pre}_lib_stale.files }}}}"
     assert loops[f"{pre}_lib_subdir"] == f"{{{{ {pre}_lib_stale.dirs }}}}"
