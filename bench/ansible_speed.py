@@ -11,7 +11,7 @@ configuration phases do real work, the OFED phase finds its version installed. S
 the lab that is up are not measured; the script prints how to bring such a lab up (`fabricops lab
 up --hosts N`, which replaces the shared 4-host lab: do it only on a machine of your own).
 
-    .venv/bin/python bench/ansible_speed.py --vs v0.2.0 --runs rerun drift [--top 15]
+    .venv/bin/python bench/ansible_speed.py --vs v0.2.0 --runs rerun drift [--top 15] [--floor]
 
 ``--vs REV`` times the same runs with the code of REV (a git worktree of it, its own roles, plugins
 and Python package) and with this checkout, alternately on the same lab, both with the
@@ -19,6 +19,10 @@ repository's settings. Each row gives, besides the wall time: the tasks each hos
 (ok, skipped), the seconds per host, and where the CPU went: the controller (ansible-playbook,
 its forks and the SSH clients) and the rest of the machine (on the lab: the hosts' modules and
 emulated tools). ``--top N`` lists the N tasks that took longest in each tree's no-change run.
+
+``--floor`` also times the floor: ``bench/floor_probe.sh``, one batched read of what the host
+phases read to find nothing to change, in one SSH round trip per host, on every host at once
+(the median of three runs), so the gap between a run and one read per host is on the same page.
 """
 
 from __future__ import annotations
@@ -158,6 +162,34 @@ def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str],
     return rows
 
 
+FLOOR_PROBE = REPO / "bench/floor_probe.sh"
+
+
+def floor(hosts: list[str], runs: int = 3) -> str:
+    """One row: the median of ``runs`` rounds of floor_probe.sh on every host at once."""
+    probe = FLOOR_PROBE.read_bytes()
+    rounds = []
+    for _ in range(runs):
+        t0, b0, c0 = time.monotonic(), _busy(), _children()
+        ssh = [str(BIN / "fabricops"), "lab", "ssh"]
+        procs = [subprocess.Popen([*ssh, h, "sh", "-s"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for h in hosts]
+        for p in procs:  # the probe is far smaller than a pipe's buffer: every host starts at once
+            p.stdin.write(probe)
+            p.stdin.close()
+        for p in procs:
+            p.wait()
+        wall, busy, ctl = time.monotonic() - t0, _busy() - b0, _children() - c0
+        failed = [h for h, p in zip(hosts, procs, strict=True) if p.returncode != 0]
+        if failed:
+            return (f"{'one batched read':<22} {len(hosts):>5}  could not run: the probe failed on "
+                    f"{', '.join(failed)}")
+        rounds.append((wall, ctl, max(busy - ctl, 0.0)))
+    wall, ctl, other = sorted(rounds)[len(rounds) // 2]
+    return (f"{'one batched read':<22} {len(hosts):>5}  {'floor (probe)':<20} {wall:7.1f} s  "
+            f"{wall / len(hosts):6.1f} s/host  CPU controller {ctl:6.1f} s, hosts {other:6.1f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", help="host pattern (default: every lab host)")
@@ -172,6 +204,8 @@ def main() -> int:
                     help="also time the code of git revision REV (a worktree), side by side, repo settings")
     ap.add_argument("--top", type=int, default=0, metavar="N",
                     help="list the N slowest tasks of each no-change run")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time one batched read per host (bench/floor_probe.sh), the no-change floor")
     args = ap.parse_args()
     up = lab_hosts()
     if not up:
@@ -191,6 +225,8 @@ def main() -> int:
         hosts = [h for h in up if h in args.limit.split(",")] or up
         for cfg, label, root in configs:
             print("\n".join(bench(args.limit, hosts, cfg, label, args.runs, root)), flush=True)
+        if args.floor:
+            print(floor(hosts), flush=True)
         top(args.top)
         return 0
     for n in args.sizes:
@@ -201,6 +237,8 @@ def main() -> int:
             continue
         for cfg, label, root in configs:
             print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs, root)), flush=True)
+        if args.floor:
+            print(floor(up), flush=True)
     top(args.top)
     return 0
 
