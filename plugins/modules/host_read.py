@@ -44,7 +44,8 @@ options:
     description:
       - Name -> absolute path to look at without reading it, as M(ansible.builtin.stat) does by
         default (a final symlink is not followed); the result is V(stat) with V(exists) and, when it
-        exists, V(isreg), V(isdir), V(islnk), V(mode), V(uid), V(gid) and V(size).
+        exists, V(isreg), V(isdir), V(islnk), V(mode), V(uid), V(gid), V(pw_name), V(gr_name) and
+        V(size) (V(pw_name) and V(gr_name) are empty for an id with no name).
     type: dict
     default: {}
   max_bytes:
@@ -105,12 +106,14 @@ stats:
   returned: always
   type: dict
   sample: {"ifup": {"stat": {"exists": true, "isreg": true, "isdir": false, "islnk": false, "mode": "0755",
-           "uid": 0, "gid": 0, "size": 39624}}}
+           "uid": 0, "gid": 0, "pw_name": "root", "gr_name": "root", "size": 39624}}}
 """
 
 import base64
 import errno
+import grp
 import os
+import pwd
 import stat as st
 
 from ansible.module_utils.basic import AnsibleModule
@@ -151,7 +154,15 @@ def look(module, name, path):
         module.fail_json(msg=f"host_read: cannot look at {name} ({path}): {to_native(exc)}", path=path)
     return {"stat": {"exists": True, "isreg": st.S_ISREG(info.st_mode), "isdir": st.S_ISDIR(info.st_mode),
                      "islnk": st.S_ISLNK(info.st_mode), "mode": f"{st.S_IMODE(info.st_mode):04o}",
-                     "uid": info.st_uid, "gid": info.st_gid, "size": info.st_size}}
+                     "uid": info.st_uid, "gid": info.st_gid, "pw_name": _name(pwd.getpwuid, info.st_uid),
+                     "gr_name": _name(grp.getgrgid, info.st_gid), "size": info.st_size}}
+
+
+def _name(lookup, num):
+    try:
+        return lookup(num)[0]
+    except KeyError:
+        return ""
 
 
 def main():
