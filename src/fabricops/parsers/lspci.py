@@ -28,9 +28,11 @@ ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "E
 PORT_TYPES = ("Root Port", "Upstream Port", "Downstream Port", "Endpoint", "Legacy Endpoint")
 
 _HEADER = re.compile(
-    r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\s+([^:]+?):\s+(.*)$"
+    # the class starts at its first non-blank character, so the blanks before it have one reading
+    # (no backtracking between the two on a long line that does not match)
+    r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\s+([^:\s][^:]*?):\s+(.*)$"
 )
-_CLASS_ID = re.compile(r"\s*\[[0-9a-fA-F]{4}\]$")
+_CLASS_ID = re.compile(r"\[[0-9a-fA-F]{4}\]$")
 _BUS = re.compile(
     r"^Bus:\s+primary=([0-9a-fA-F]{2}),\s*secondary=([0-9a-fA-F]{2}),\s*"
     r"subordinate=([0-9a-fA-F]{2})"
@@ -69,7 +71,7 @@ def _new_device(m: re.Match[str]) -> dict[str, Any]:
     domain = (m.group(1) or "0000").lower().rjust(4, "0")
     return {
         "bdf": f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}",
-        "class": _CLASS_ID.sub("", m.group(5).strip()),
+        "class": _CLASS_ID.sub("", m.group(5).strip()).rstrip(),
         "description": m.group(6).strip(),
         "bridge": False,
         "bus": None,
