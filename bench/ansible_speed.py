@@ -28,6 +28,7 @@ phases read to find nothing to change, in one SSH round trip per host, on every 
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import os
 import resource
@@ -125,6 +126,15 @@ def reset(hosts: list[str]) -> None:
         subprocess.run([str(BIN / "fabricops"), "lab", "ssh", h, RESET], check=True, capture_output=True)
 
 
+def _callbacks(cfg: Path) -> str:
+    """The timing callback added to what ``cfg`` enables (the environment variable replaces it)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg)
+    given = parser.get("defaults", "callbacks_enabled", fallback="")
+    enabled = [c.strip() for c in given.split(",") if c.strip()]
+    return ",".join([*enabled, "fabricops_tasktime"])
+
+
 RUNS = {"converge": "converge", "rerun": "re-run (no change)", "drift": "drift (check mode)"}
 
 
@@ -136,7 +146,7 @@ def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str],
     timing = Path(tempfile.mkdtemp(prefix="fabricops-bench-")) / "tasks.json"
     env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ['PATH']}",
                PYTHONPATH=str(root / "src"), ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench/callback_plugins"),
-               ANSIBLE_CALLBACKS_ENABLED="fabricops_tasktime", FABRICOPS_TASKTIME_OUT=str(timing))
+               ANSIBLE_CALLBACKS_ENABLED=_callbacks(cfg), FABRICOPS_TASKTIME_OUT=str(timing))
     play = [str(BIN / "ansible-playbook"), "site.yml", "--limit", limit, "--tags", "hosts",
             "-e", f"fabricops_serial={len(hosts)}", *EXTRA]
     drift = [str(BIN / "fabricops"), "drift", "--limit", limit, *EXTRA]

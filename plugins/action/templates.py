@@ -29,6 +29,9 @@ except ImportError:  # pragma: no cover - older ansible-core: every file goes to
     _template_vars = None
 
 ARGUMENT_SPEC = {
+    # a host_read result registered earlier in the run: destinations it read (files and stats of
+    # the same path) are not read again
+    "read": {"type": "dict", "default": {}},
     "files": {
         "type": "list",
         "elements": "dict",
@@ -64,6 +67,30 @@ def _check(files: list[dict]) -> None:
         for key in ("owner", "group"):
             if not _NAME.match(f[key]):
                 raise OptionsError(f"templates: {where}.{key} {f[key]!r} is not a user or group name.")
+
+
+def _known(read) -> dict[str, tuple[dict, dict]]:
+    """{path: (file result, stat)} for each path an earlier host_read result both read and looked at.
+
+    Anything that is not a complete, successful host_read result of that path is left out, so the
+    file is read again here: a partial or failed earlier read never stands in for the host."""
+    if not isinstance(read, dict) or read.get("failed") or read.get("skipped"):
+        return {}
+    files = read.get("files") if isinstance(read.get("files"), dict) else {}
+    stats = read.get("stats") if isinstance(read.get("stats"), dict) else {}
+    by_path = {}
+    for entry in stats.values():
+        st = entry.get("stat") if isinstance(entry, dict) else None
+        if isinstance(st, dict) and isinstance(st.get("path"), str) and isinstance(st.get("exists"), bool):
+            by_path[st["path"]] = st
+    known = {}
+    for entry in files.values():
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            continue
+        st = by_path.get(entry["path"])
+        if st is not None and entry.get("exists") == st["exists"] and isinstance(entry.get("content"), str):
+            known[entry["path"]] = (entry, st)
+    return known
 
 
 class ActionModule(ActionBase):
@@ -106,7 +133,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         try:
-            files = validate_options("templates", ARGUMENT_SPEC, self._task.args)["files"]
+            opts = validate_options("templates", ARGUMENT_SPEC, self._task.args)
+            files = opts["files"]
             _check(files)
         except OptionsError as exc:
             result.update(failed=True, msg=str(exc))
@@ -115,22 +143,25 @@ class ActionModule(ActionBase):
             result.update(changed=False, results=[])
             return result
         wanted = [self._render(f, task_vars) for f in files]
-        keys = {f"f{i}": f["dest"] for i, f in enumerate(files)}
-        read = self._execute_module(
-            module_name="fabricops.fabric.host_read",
-            module_args={"files": keys, "stats": keys},
-            task_vars=task_vars)
-        if read.get("failed"):
-            result.update(failed=True, msg=read.get("msg", "templates: could not read the destinations"))
-            return result
+        known = _known(opts["read"])
+        keys = {f"f{i}": f["dest"] for i, f in enumerate(files) if f["dest"] not in known}
+        if keys:
+            read = self._execute_module(
+                module_name="fabricops.fabric.host_read",
+                module_args={"files": keys, "stats": keys},
+                task_vars=task_vars)
+            if read.get("failed"):
+                result.update(failed=True, msg=read.get("msg", "templates: could not read the destinations"))
+                return result
+            known.update({path: (read["files"][key], read["stats"][key]["stat"])
+                          for key, path in keys.items()})
         results, diffs = [], []
-        for i, (f, want) in enumerate(zip(files, wanted, strict=True)):
-            key = f"f{i}"
-            st = read["stats"][key]["stat"]
+        for f, want in zip(files, wanted, strict=True):
+            content, st = known[f["dest"]]
             same = (
                 want is not None
                 and st.get("exists") and st.get("isreg")
-                and base64.b64decode(read["files"][key]["content"]) == want
+                and base64.b64decode(content.get("content", "")) == want
                 and st.get("mode") == f"{int(f['mode'], 8):04o}"
                 and st.get("pw_name") == f["owner"] and st.get("gr_name") == f["group"]
             )

@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - only without the Python package
 else:
     IMPORT_ERROR = None
 # imported on first use (plugin_utils/package.py, LazyModule: a worker per task loads this file)
+_errors = LazyModule("fabricops.errors")
 _ipoib = LazyModule("fabricops.ipoib")
 _nccl = LazyModule("fabricops.nccl")
 _validate = LazyModule("fabricops.validate")
@@ -187,10 +188,26 @@ def ipoib_conflicts(hostvars, hosts, host, own_interfaces, plan=None):
     return _ipoib.address_conflicts(plans, host=str(host))
 
 
-def ipoib_pending(interfaces, netdevs, ansible_facts=None):
+def ipoib_pending(interfaces, netdevs, ansible_facts=None, ip_addr=None):
+    """Interfaces to re-activate. ``ip_addr``: the live addresses, ``ip -j addr show`` as a
+    command result of host_read ({rc, stdout, stderr}) or its stdout; without it, ``ansible_facts``
+    from a network ``setup``."""
     _need_package()
+    addresses = None
+    if ip_addr is not None:
+        result = _plain(ip_addr) if hasattr(ip_addr, "keys") else {"rc": 0, "stdout": str(ip_addr)}
+        if result.get("rc") != 0:
+            detail = str(result.get("stderr") or result.get("stdout") or "no output").strip()[:200]
+            raise AnsibleFilterError(
+                f"cannot read the live addresses: `ip -j addr show` exited {result.get('rc')} ({detail}); "
+                "the ipoib role needs iproute2 4.13 or newer"
+            )
+        try:
+            addresses = _ipoib.primary_ipv4(str(result.get("stdout") or ""))
+        except _errors.FabricopsError as exc:
+            raise AnsibleFilterError(f"cannot read the live addresses: {exc}") from None
     return _ipoib.pending_changes(
-        _plain(interfaces) or [], _plain(netdevs) or {}, _plain(ansible_facts) or {}
+        _plain(interfaces) or [], _plain(netdevs) or {}, _plain(ansible_facts) or {}, addresses
     )
 
 

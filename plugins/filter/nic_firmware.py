@@ -72,8 +72,17 @@ def nic_firmware_declared(hca, presets=None, config=None, device_config=None):
 
 
 def nic_firmware_fw_plan(query_stdout, pins=None, images=None, pcis=None):
-    """``mlxfwmanager --query`` text -> fabricops.firmware.fw_plan for the cards of ``pcis``."""
+    """``mlxfwmanager --query`` text, or its command result (host_read: rc, stdout, stderr) ->
+    fabricops.firmware.fw_plan for the cards of ``pcis``. A failed query fails, naming its error."""
     _need_package()
+    if hasattr(query_stdout, "keys"):
+        result = _plain(query_stdout)
+        if result.get("rc") != 0:
+            detail = str(result.get("stderr") or result.get("stdout") or "no output").strip()[:200]
+            raise AnsibleFilterError(
+                f"mlxfwmanager --query exited {result.get('rc')} ({detail}): no firmware evidence."
+            )
+        query_stdout = result.get("stdout")
     try:
         records = _mlxfwmanager.parse_query(str(query_stdout or ""))
         wanted = {card(p) for p in _plain(pcis or [])}

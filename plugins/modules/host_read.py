@@ -45,7 +45,7 @@ options:
       - Name -> absolute path to look at without reading it, as M(ansible.builtin.stat) does by
         default (a final symlink is not followed); the result is V(stat) with V(exists) and, when it
         exists, V(isreg), V(isdir), V(islnk), V(mode), V(uid), V(gid), V(pw_name), V(gr_name) and
-        V(size) (V(pw_name) and V(gr_name) are empty for an id with no name).
+        V(size) (V(pw_name) and V(gr_name) are empty for an id with no name); V(path) always.
     type: dict
     default: {}
   max_bytes:
@@ -105,8 +105,9 @@ stats:
   description: Name -> V(stat) as M(ansible.builtin.stat) registers it (the fields listed under O(stats)).
   returned: always
   type: dict
-  sample: {"ifup": {"stat": {"exists": true, "isreg": true, "isdir": false, "islnk": false, "mode": "0755",
-           "uid": 0, "gid": 0, "pw_name": "root", "gr_name": "root", "size": 39624}}}
+  sample: {"ifup": {"stat": {"exists": true, "path": "/sbin/ifup", "isreg": true, "isdir": false,
+           "islnk": false, "mode": "0755", "uid": 0, "gid": 0, "pw_name": "root", "gr_name": "root",
+           "size": 39624}}}
 """
 
 import base64
@@ -150,10 +151,11 @@ def look(module, name, path):
         info = os.lstat(path)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return {"stat": {"exists": False}}
+            return {"stat": {"exists": False, "path": path}}
         module.fail_json(msg=f"host_read: cannot look at {name} ({path}): {to_native(exc)}", path=path)
-    return {"stat": {"exists": True, "isreg": st.S_ISREG(info.st_mode), "isdir": st.S_ISDIR(info.st_mode),
-                     "islnk": st.S_ISLNK(info.st_mode), "mode": f"{st.S_IMODE(info.st_mode):04o}",
+    return {"stat": {"exists": True, "path": path, "isreg": st.S_ISREG(info.st_mode),
+                     "isdir": st.S_ISDIR(info.st_mode), "islnk": st.S_ISLNK(info.st_mode),
+                     "mode": f"{st.S_IMODE(info.st_mode):04o}",
                      "uid": info.st_uid, "gid": info.st_gid, "pw_name": _name(pwd.getpwuid, info.st_uid),
                      "gr_name": _name(grp.getgrgid, info.st_gid), "size": info.st_size}}
 

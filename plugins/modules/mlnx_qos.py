@@ -31,6 +31,15 @@ options:
     description: The netdev (for example C(enp170s0f0np0)).
     type: str
     required: true
+  current:
+    description:
+      - The output of C(mlnx_qos -i INTERFACE) read earlier in the run, before anything changed the port,
+        as a M(fabricops.fabric.host_read) command result (V(rc), V(stdout)). When it ran and parses, it is
+        compared instead of reading the port again, so a port already as declared costs no module run.
+        Anything else (a failed or empty read) and the port is read as without it.
+      - Not used by the read-back after a change, which always reads the port.
+    type: dict
+    default: {}
   config:
     description:
       - The port's declared mlnx_qos values (C(roce_plan) C(ports[].mlnx_qos)); a key left out or null is
@@ -138,6 +147,7 @@ def main():
             "interface": {"type": "str", "required": True},
             "config": {"type": "dict", "options": CONFIG_OPTIONS},
             "_commands": {"type": "list", "elements": "list", "default": []},
+            "current": {"type": "dict", "default": {}},  # the action plugin's; not sent here
         },
         supports_check_mode=True,
     )

@@ -25,6 +25,16 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
 options:
+  read:
+    description:
+      - A M(fabricops.fabric.host_read) result registered earlier in the run, before anything wrote
+        these destinations. A destination it both read (O(fabricops.fabric.host_read#module:files)) and
+        looked at (O(fabricops.fabric.host_read#module:stats)) is compared with that read and not read
+        again, so a role's one probe can serve its templates too and a task whose files are all in
+        place costs no module run at all.
+      - A destination missing from it, or a failed or skipped result, is read by this task as usual.
+    type: dict
+    default: {}
   files:
     description: The files to write, in order.
     type: list
@@ -80,6 +90,20 @@ EXAMPLES = r"""
       - {src: nccl.conf.j2, dest: /etc/nccl.conf, mode: "0644"}
       - {src: nccl.sh.j2, dest: /etc/profile.d/nccl.sh, mode: "0644"}
   register: written
+
+- name: One read of the host for the whole role, its templates' destinations included
+  fabricops.fabric.host_read:
+    commands:
+      unit: [systemctl, show, --property=UnitFileState, example.service]
+    files: {unit_file: /etc/systemd/system/example.service}
+    stats: {unit_file: /etc/systemd/system/example.service}
+  register: probe
+
+- name: Write the unit (compared with the probe's read; no module run when it is in place)
+  fabricops.fabric.templates:
+    read: "{{ probe }}"
+    files:
+      - {src: example.service.j2, dest: /etc/systemd/system/example.service, mode: "0644"}
 """
 
 RETURN = r"""

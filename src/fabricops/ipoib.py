@@ -299,20 +299,40 @@ def address_conflicts(plans: Mapping[str, Iterable[Mapping[str, Any]]], host: st
     return errors
 
 
+def primary_ipv4(ip_addr_json: str) -> dict[str, str | None]:
+    """``ip -j addr show`` output -> {ifname: primary IPv4 "a.b.c.d/p", or None when it has none}.
+
+    The primary address is the link's first ``inet`` entry not flagged secondary: the one
+    Ansible's network facts report as ``ipv4``. Raises ParseError on output that is not that
+    command's JSON (never an empty mapping, which would read as "no addresses anywhere").
+    """
+    from fabricops.parsers import ip_addr
+
+    record = ip_addr.parse(ip_addr_json)
+    return {lk.ifname: (lk.ipv4_primary.cidr if lk.ipv4_primary else None) for lk in record.links}
+
+
 def pending_changes(
     interfaces: Iterable[Mapping[str, Any]],
     netdevs: Mapping[str, Any] | None,
     ansible_facts: Mapping[str, Any] | None = None,
+    addresses: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Interfaces whose live state differs from the plan, with the reasons.
 
-    ``netdevs`` is ``fabric.netdevs`` (mode, mtu); ``ansible_facts`` (network subset) supplies
-    the live IPv4 address when gathered. A missing netdev (a P_Key child not created yet) is
-    pending too. Bringing these in line re-activates the interface, which is the ipoib role's
-    disruptive step.
+    ``netdevs`` is ``fabric.netdevs`` (mode, mtu). The live IPv4 address comes from
+    ``addresses`` ({ifname: "a.b.c.d/p" or None}, :func:`primary_ipv4` of ``ip -j addr show``)
+    or, without it, from ``ansible_facts`` (network subset) when gathered. A missing netdev (a
+    P_Key child not created yet) is pending too. Bringing these in line re-activates the
+    interface, which is the ipoib role's disruptive step.
     """
     netdevs = netdevs or {}
     ansible_facts = ansible_facts or {}
+    if addresses is not None:
+        ansible_facts = {
+            name.replace("-", "_").replace(".", "_"): {"ipv4": _facts_ipv4(cidr)}
+            for name, cidr in addresses.items()
+        }
     out = []
     for iface in interfaces:
         live = netdevs.get(iface["name"])
@@ -335,3 +355,10 @@ def pending_changes(
         if reasons:
             out.append({"name": iface["name"], "reasons": reasons})
     return out
+
+
+def _facts_ipv4(cidr: str | None) -> dict[str, str]:
+    if not cidr:
+        return {}
+    address, _, prefix = cidr.partition("/")
+    return {"address": address, "prefix": prefix}

@@ -39,6 +39,8 @@ PARSERS: dict[str, str] = {
     "sminfo": "fabricops.parsers.sminfo:parse",
     "ibnetdiscover": "fabricops.parsers.ibnetdiscover:parse",
     "iblinkinfo": "fabricops.parsers.iblinkinfo:parse",
+    # iproute2 (the live addresses the ipoib role compares)
+    "ip-addr": "fabricops.parsers.ip_addr:parse",
     # lldpd (host side LLDP)
     "lldpctl": "fabricops.parsers.lldp:parse_keyvalue",
     # NVIDIA driver

@@ -15,7 +15,9 @@ from fabricops.hostside import ship
 
 REPO = Path(__file__).resolve().parents[3]
 ENTRY = "fabricops.hostside.roce_boot"
-TASKS = {"roce_host": ("persist.yml", "__roce_host"), "fabric_monitor": ("configure.yml", "__fabric_monitor")}
+# role -> (task file of the copy, prefix, task file and register of the one host_read)
+TASKS = {"roce_host": ("persist.yml", "__roce_host", "preflight.yml", "__roce_host_probe"),
+         "fabric_monitor": ("configure.yml", "__fabric_monitor", "configure.yml", "__fabric_monitor_read")}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the shipped files are root:root: run as root")
 
@@ -89,16 +91,21 @@ def test_an_owner_other_than_root_is_a_difference(tree):
 
 @pytest.mark.parametrize("role", sorted(TASKS))
 def test_the_roles_read_with_the_format_the_comparison_parses(role):
-    name, pre = TASKS[role]
+    name, pre, probe_file, register = TASKS[role]
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / name).read_text())
+    probes = yaml.safe_load((REPO / "roles" / role / "tasks" / probe_file).read_text())
     # one host_read (it only reads, in check mode too, and never fails on find's exit status)
-    (probe,) = [t for t in tasks if t.get("register") == f"{pre}_read"]
-    argv = probe["fabricops.fabric.host_read"]["commands"]["lib"]
+    (probe,) = [t for t in probes if t.get("register") == register]
+    commands = probe["fabricops.fabric.host_read"]["commands"]
+    if isinstance(commands, str):  # built in the task's vars (roce_host adds each port's mlnx_qos read)
+        assert commands.startswith(f"{{{{ {pre}_reads ")
+        commands = probe["vars"][f"{pre}_reads"]
+    argv = commands["lib"]
     assert argv[:4] == ["find", f"{{{{ {pre}_lib_dir }}}}", "-printf", ship.PROBE_FORMAT]
     assert argv[4:] == ["-type", "f", "-exec", "sha256sum", "{}", "+"]
     facts = [t["ansible.builtin.set_fact"] for t in tasks if "ansible.builtin.set_fact" in t]
     (stale,) = [f[f"{pre}_lib_stale"] for f in facts if f"{pre}_lib_stale" in f]
-    assert f"package_stale({pre}_read.commands.lib.stdout," in stale.replace("\n", " ")
+    assert f"package_stale({register}.commands.lib.stdout," in " ".join(stale.split())
     # the copy and the directories loop over what the comparison found, nothing else
     loops = {t.get("loop_control", {}).get("loop_var"): t["loop"] for t in tasks if "loop" in t}
     assert loops[f"{pre}_lib_file"] == f"{{{{ {pre}_lib_stale.files }}}}"

@@ -86,3 +86,25 @@ def test_roce_sysfs_check_mode(host):  # noqa: F811
     assert result["changed"] is True and len(result["changes"]) == 2
     assert all(not args["_writes"] for _, args in calls)
     assert host.read(f"/sys/class/infiniband/{DEVICE}/tc/1/traffic_class") == ""
+
+
+def test_mlnx_qos_compares_an_earlier_read_instead_of_reading_again(host):  # noqa: F811
+    run_action("mlnx_qos", host, LOSSLESS)
+    rc, out = host.run(["mlnx_qos", "-i", NETDEV])
+    read = {"rc": rc, "stdout": out, "stderr": "", "cmd": ["mlnx_qos", "-i", NETDEV]}
+    # a port as declared: no module run at all
+    result, calls = run_action("mlnx_qos", host, {**LOSSLESS, "current": read})
+    assert result["changed"] is False and result["commands"] == [] and calls == []
+    # the earlier read is what is compared: drift it shows is planned from it, and applied once
+    host.run(["mlnx_qos", "-i", NETDEV, "--trust", "pcp"])
+    rc, stale = host.run(["mlnx_qos", "-i", NETDEV])
+    result, calls = run_action("mlnx_qos", host, {**LOSSLESS, "current": {"rc": 0, "stdout": stale}})
+    assert result["commands"][0] == f"mlnx_qos -i {NETDEV} --trust dscp"
+    assert result["after"]["trust"] == "dscp"
+    (only,) = calls  # no read first: the change, with the module's read back after it
+    assert only[1]["_commands"][0][:2] == ["--trust", "dscp"]
+    # a failed, empty or unreadable earlier read: the module reads the port itself
+    for bad in ({"rc": 2, "stdout": "", "stderr": "mlnx_qos: not found"}, {"rc": 0, "stdout": ""},
+                {"rc": 0, "stdout": "Priority trust state: banana"}, {}):
+        result, calls = run_action("mlnx_qos", host, {**LOSSLESS, "current": bad})
+        assert result["changed"] is False and [args["_commands"] for _, args in calls] == [[]], bad

@@ -35,13 +35,15 @@ TEMPLATES = {
 }
 
 
-def _play(files, check=False):
+def _play(files, before=(), read=None):
+    args = {"files": files} if read is None else {"files": files, "read": read}
     return [{
         "hosts": "local",
         "gather_facts": False,
         "vars": {"flag": "on", "name": "fab"},
         "tasks": [
-            {"name": "plugin", "fabricops.fabric.templates": {"files": files}, "register": "out"},
+            *before,
+            {"name": "plugin", "fabricops.fabric.templates": args, "register": "out"},
             {"name": "show", "ansible.builtin.debug": {"msg": "RESULT {{ out | to_json }}"}},
         ],
     }]
@@ -62,8 +64,8 @@ def play(tmp_path):
            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
 
-    def run(files, *extra, ok=True):
-        (tmp_path / "play.yml").write_text(json.dumps(_play(files)))
+    def run(files, *extra, ok=True, before=(), read=None):
+        (tmp_path / "play.yml").write_text(json.dumps(_play(files, before, read)))
         argv = [exe, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml"), *extra]
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
                               check=False)
@@ -114,6 +116,34 @@ def test_writes_what_the_template_module_writes_then_skips_it(play):
     assert again["changed"] is False
     assert [(r["item"], r["checked"], r["changed"]) for r in again["results"]] == [
         (str(d / "a.conf"), "same", False), (str(d / "b.conf"), "same", False)]
+
+
+def _probe(paths, when=True):
+    names = {f"p{i}": str(p) for i, p in enumerate(paths)}
+    return {"name": "probe", "fabricops.fabric.host_read": {"files": names, "stats": names},
+            "register": "probe", "when": when}
+
+
+def test_an_earlier_host_read_is_the_read_of_what_it_read(play):
+    d = play.dir / "out"
+    d.mkdir()
+    play(_files(d))
+    # written after the probe: a task given the probe compares with the probe and does not read again
+    spoil = {"name": "spoil",
+             "ansible.builtin.copy": {"content": "iface ib0 mtu 65520", "dest": str(d / "b.conf")}}
+    got = play(_files(d), before=[_probe([d / "a.conf", d / "b.conf"]), spoil], read="{{ probe }}")
+    assert [r["checked"] for r in got["results"]] == ["same", "same"] and got["changed"] is False
+    # what the probe did not read, a skipped probe, or none: the task reads the host itself
+    for before in ([_probe([d / "a.conf"]), spoil], [_probe([d / "a.conf", d / "b.conf"], when=False), spoil],
+                   [spoil]):
+        got = play(_files(d), before=before, read="{{ probe | default({}) }}")
+        assert [(r["checked"], r["changed"]) for r in got["results"]] == [("same", False), ("template", True)]
+        assert (d / "b.conf").read_bytes() == b"iface ib0 mtu 2044"
+    # a probe of a file that was missing then: written (the read said missing, the template creates it)
+    (d / "a.conf").unlink()
+    got = play(_files(d), before=[_probe([d / "a.conf", d / "b.conf"])], read="{{ probe }}")
+    assert [(r["checked"], r["changed"]) for r in got["results"]] == [("template", True), ("same", False)]
+    assert (d / "a.conf").exists()
 
 
 def test_only_the_file_that_differs_is_written_and_check_mode_only_reports_it(play):
