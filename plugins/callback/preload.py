@@ -21,11 +21,6 @@ fails to import here is left for the worker, which reports the error as it alway
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: preload
 type: aggregate
@@ -40,6 +35,12 @@ author: fabricops developers (@fabricops)
 requirements:
   - enable in ansible.cfg with C(callbacks_enabled = fabricops.fabric.preload)
 """
+
+# below DOCUMENTATION, as ansible-test validate-modules requires
+import importlib
+import pkgutil
+
+from ansible.plugins.callback import CallbackBase
 
 COLLECTION = "ansible_collections.fabricops.fabric.plugins"
 KINDS = ("filter", "test", "action")
