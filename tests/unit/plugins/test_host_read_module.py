@@ -81,7 +81,9 @@ def test_stats_read_as_ansible_builtin_stat_registers_them(tmp_path):
         want = run_module(["-m", "ansible.modules.stat"], {"path": str(tmp_path / name)}, tmp_path)["stat"]
         assert got["stats"][name]["stat"] == {k: want[k] for k in got["stats"][name]["stat"]}, name
     assert got["stats"]["link"]["stat"]["islnk"] and got["stats"]["tool"]["stat"]["mode"] == "0750"
-    assert got["stats"]["none"] == {"stat": {"exists": False}}
+    assert got["stats"]["none"] == {"stat": {"exists": False, "path": str(tmp_path / "none")}}
+    # the path is ansible.builtin.stat's too: what fabricops.fabric.templates matches an earlier read by
+    assert got["stats"]["tool"]["stat"]["path"] == str(tmp_path / "tool")
 
 
 @pytest.mark.parametrize("make,why", [
