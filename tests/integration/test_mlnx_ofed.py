@@ -101,8 +101,8 @@ def test_version_without_checksum_fails_before_any_task(play, ssh, versions):
     assert len(fatal) == 1 and "mlnx_ofed_tarball_sha256 is not set" in fatal[0]
     # the failing task is the first of the role after argument validation
     tasks = re.findall(r"^TASK \[([^\]]+)\]", run.stdout, re.M)
-    assert tasks[-1].endswith("Check the input (a download needs its sha256; one-line reason, "
-                              "before any change)")
+    assert tasks[-1].endswith("Refuse values that could inject into what the role writes, "
+                              "and check the input")
     assert _ofed_info(ssh) == ""
     assert ssh(HOST, "test -e /var/cache/mlnx_ofed", check=False).returncode != 0
 

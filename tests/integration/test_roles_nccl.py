@@ -147,3 +147,19 @@ def test_unknown_profile_fails_before_any_task_and_changes_nothing(lab, ssh, ans
     assert len(role_tasks) == 1 and "Validating arguments" in role_tasks[0], role_tasks
     assert digest(ssh) == before
     stats(play(ansible_playbook, "roce"))  # leave the host with the RoCE profile
+
+
+def test_socket_ifname_defaults_to_the_default_route_read_live(lab, ssh, ansible_playbook):
+    """With no nccl_profile_socket_ifname, NCCL_SOCKET_IFNAME is the default IPv4 route's interface,
+    read on the host in this run (`ip -4 route get 8.8.8.8`; the plays gather no network facts, and a
+    fact cache would hold an earlier run's route); a host without a default route gets none."""
+    stats(play(ansible_playbook, "ib"))
+    assert "NCCL_SOCKET_IFNAME" not in conf(ssh)  # the lab's hosts have no default route
+    ssh(HOST, "ip route replace default via 198.51.100.1 dev eth0")
+    try:
+        stats(play(ansible_playbook, "ib"))
+        assert conf(ssh)["NCCL_SOCKET_IFNAME"] == "=eth0"
+    finally:
+        ssh(HOST, "ip route del default", check=False)
+    stats(play(ansible_playbook, "ib"))
+    assert "NCCL_SOCKET_IFNAME" not in conf(ssh)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 import pytest
-import yaml
+from roletasks import role_tasks
 from unit.hostqos.emulated import DEVICE, NETDEV, EmulatedSystem, hardware, host  # noqa: F401  (fixture)
 
 from fabricops.hostqos import knobs
@@ -152,8 +152,7 @@ def _filter():
 
 
 def _tasks(role):
-    name = ROLES[role][0]
-    return yaml.safe_load((REPO / "roles" / role / "tasks" / name).read_text())
+    return role_tasks(role, ROLES[role][0])
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))

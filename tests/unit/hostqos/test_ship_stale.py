@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from roletasks import role_tasks
 
 from fabricops.hostside import ship
 
@@ -92,7 +93,7 @@ def test_an_owner_other_than_root_is_a_difference(tree):
 @pytest.mark.parametrize("role", sorted(TASKS))
 def test_the_roles_read_with_the_format_the_comparison_parses(role):
     name, pre, probe_file, register = TASKS[role]
-    tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / name).read_text())
+    tasks = role_tasks(role, name)
     probes = yaml.safe_load((REPO / "roles" / role / "tasks" / probe_file).read_text())
     # one host_read (it only reads, in check mode too, and never fails on find's exit status)
     (probe,) = [t for t in probes if t.get("register") == register]
