@@ -121,9 +121,9 @@ def nccl_installed_version(paths):
     return _nccl.installed_version(names) or ""
 
 
-def nccl_socket_ifname_default(ansible_facts):
+def nccl_socket_ifname_default(ansible_facts, route=None):
     _need_package()
-    return _nccl.socket_ifname_default(_plain(ansible_facts))
+    return _nccl.socket_ifname_default(_plain(ansible_facts), None if route is None else str(route))
 
 
 def _ipoib_kwargs(plan, host_index, addresses, interfaces, facts, mode, mtu, ib_mtu):

@@ -315,9 +315,25 @@ def rail_crossings(planned: Mapping[str, str | None], cabling: Any) -> list[str]
     return out
 
 
-def socket_ifname_default(ansible_facts: Mapping[str, Any] | None) -> str | None:
-    """The interface of the default IPv4 route, exact-match form (``=eno1``), or None."""
-    iface = ((ansible_facts or {}).get("default_ipv4") or {}).get("interface")
+def route_interface(route_get: str | None) -> str | None:
+    """The interface of ``ip -4 route get ADDR``'s output (``8.8.8.8 via 10.0.0.1 dev eno1 src ...``),
+    or None: no output (no route: the command fails and prints nothing on stdout) or no ``dev``."""
+    tokens = (route_get or "").split()
+    if "dev" in tokens[:-1]:
+        return tokens[tokens.index("dev") + 1]
+    return None
+
+
+def socket_ifname_default(ansible_facts: Mapping[str, Any] | None, route: str | None = None) -> str | None:
+    """The interface of the default IPv4 route, exact-match form (``=eno1``), or None.
+
+    ``route``: the stdout of ``ip -4 route get 8.8.8.8`` read on the host (what Ansible's own
+    ``default_ipv4`` fact reads); when given, it is used instead of ``ansible_facts``.
+    """
+    if route is not None:
+        iface = route_interface(route)
+    else:
+        iface = ((ansible_facts or {}).get("default_ipv4") or {}).get("interface")
     return f"={iface}" if iface else None
 
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 import copy
 
 import pytest
+from captures import read_fixture
 
 from fabricops.facts import build_facts
-from fabricops.nccl import NcclProfileError, nccl_env, nccl_errors, roce_tos, socket_ifname_default
+from fabricops.nccl import (
+    NcclProfileError,
+    nccl_env,
+    nccl_errors,
+    roce_tos,
+    route_interface,
+    socket_ifname_default,
+)
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 
@@ -135,6 +143,22 @@ def test_socket_ifname_default_from_ansible_facts():
     assert socket_ifname_default({"default_ipv4": {"interface": "eno1"}}) == "=eno1"
     assert socket_ifname_default({"default_ipv4": {}}) is None
     assert socket_ifname_default(None) is None
+
+
+@pytest.mark.parametrize(("name", "iface"), [("debian12-iproute2-6.1-via-gateway.txt", "eth0"),
+                                             ("debian12-iproute2-6.1-on-link.txt", "eth0")])
+def test_socket_ifname_default_from_a_live_route_read(name, iface):
+    route = read_fixture("ip-route-get", name)
+    assert route_interface(route) == iface
+    # the live read wins over a gathered (possibly cached) fact
+    assert socket_ifname_default({"default_ipv4": {"interface": "eno9"}}, route=route) == f"={iface}"
+
+
+def test_no_route_gives_no_default():
+    # `ip -4 route get` with no route: rc 2, nothing on stdout (the role passes '')
+    assert route_interface("") is None
+    assert socket_ifname_default({"default_ipv4": {"interface": "eno9"}}, route="") is None
+    assert route_interface("8.8.8.8 via 10.0.0.1 src 10.0.0.5 uid 0") is None
 
 
 def test_bad_socket_ifname_is_refused(facts):
