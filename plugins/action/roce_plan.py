@@ -11,6 +11,7 @@ from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import mi
 
 try:
     from fabricops.errors import FabricopsError
+    from fabricops.hostqos import knobs as kb
     from fabricops.hostqos.plan import host_plan
 except ImportError as exc:  # pragma: no cover - only without the Python package
     host_plan = None
@@ -42,5 +43,16 @@ class ActionModule(ActionBase):
         except (OptionsError, FabricopsError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        result.update(changed=False, **plan)
+        result.update(changed=False, sysfs_reads=_sysfs_reads(plan["ports"]), **plan)
         return result
+
+
+def _sysfs_reads(ports):
+    """What roce_sysfs reads for every port, named as the role's probe names them ("sysfs PATH",
+    "sysfs ARGV"), so the one probe can read it and roce_sysfs compare it (its ``current``)."""
+    files, commands = {}, {}
+    for p in ports:
+        spec = kb.read_spec(kb.knobs_for(p["netdev"], p["device"], p["port"], p["sysfs"]))
+        files.update({f"sysfs {path}": path for path in spec["files"]})
+        commands.update({f"sysfs {' '.join(argv)}": list(argv) for argv in spec["commands"]})
+    return {"files": files, "commands": commands}

@@ -5,6 +5,9 @@ write only the difference (never in check mode), read back and verify."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -31,7 +34,41 @@ def argument_spec():
         "device": {"type": "str", "required": True},
         "port": {"type": "int", "default": 1},
         "config": {"type": "dict", "options": schema.argument_spec(schema.PORT_SYSFS)},
+        # the role's host_read of this port's knobs (files "sysfs PATH", commands "sysfs ARGV"), read
+        # earlier in this run before anything changed the port: compared instead of reading again
+        "current": {"type": "dict", "default": {}},
     }
+
+
+def _text(found):
+    """A host_read file result -> the file's text as the module reads it (stripped), None when absent."""
+    if not isinstance(found, dict) or found.get("failed"):
+        raise ValueError("no read")
+    if found.get("exists") is False:
+        return None
+    if found.get("exists") is not True or found.get("encoding") != "base64":
+        raise ValueError("not a host_read file result")
+    return base64.b64decode(found.get("content") or "").decode("utf-8", "replace").strip()
+
+
+def raw_from(current, spec):
+    """The module's ``raw`` read (files, commands) from the role's earlier host_read, or None when it
+    does not hold every read ``spec`` needs, each as host_read returns it."""
+    if not isinstance(current, dict):
+        return None
+    files, commands = current.get("files") or {}, current.get("commands") or {}
+    try:
+        raw_files = {path: _text(files.get(f"sysfs {path}")) for path in spec["files"]}
+        raw_commands = []
+        for argv in spec["commands"]:
+            res = commands.get(f"sysfs {' '.join(argv)}")
+            if not isinstance(res, dict) or not isinstance(res.get("rc"), int) or res.get("failed"):
+                return None
+            raw_commands.append({"argv": list(argv), "rc": res["rc"], "stdout": res.get("stdout") or "",
+                                 "stderr": res.get("stderr") or ""})
+    except (ValueError, TypeError, binascii.Error):
+        return None
+    return {"files": raw_files, "commands": raw_commands}
 
 
 def _flags(name, values):
@@ -86,12 +123,7 @@ class ActionModule(ActionBase):
             "_read_commands": spec["commands"],
         }
 
-        def call(writes):
-            res = self._execute_module(
-                module_name=MODULE, module_args={**base, "_writes": writes}, task_vars=task_vars
-            )
-            if res.get("failed"):
-                return res, None
+        def values(res):
             try:
                 values, warnings = kb.values_from(netdev, table, res.get("raw") or {})
             except FabricopsError as exc:
@@ -99,7 +131,21 @@ class ActionModule(ActionBase):
             res["_values"], res["_warnings"] = values, warnings
             return res, values
 
-        read, before = call([])
+        def call(writes):
+            res = self._execute_module(
+                module_name=MODULE, module_args={**base, "_writes": writes}, task_vars=task_vars
+            )
+            if res.get("failed"):
+                return res, None
+            return values(res)
+
+        read, before = None, None
+        earlier = raw_from(args["current"], spec)
+        if earlier is not None:
+            # a read that does not give every knob is left to the module, which fails naming it
+            read, before = values({"raw": earlier})
+        if before is None:
+            read, before = call([])
         if before is None:
             return read
         todo = kb.plan(table, before)

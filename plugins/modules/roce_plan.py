@@ -130,4 +130,12 @@ ports:
   returned: always
   type: list
   elements: dict
+sysfs_reads:
+  description:
+    - What M(fabricops.fabric.roce_sysfs) reads for every port, for one M(fabricops.fabric.host_read) of
+      them all - C(files) (name C(sysfs PATH) -> path) and C(commands) (name C(sysfs ARGV) -> argument
+      list). Its results, given as roce_sysfs's O(fabricops.fabric.roce_sysfs#module:current), spare
+      roce_sysfs its own read of the port.
+  returned: always
+  type: dict
 """

@@ -40,6 +40,17 @@ options:
     description: The HCA port number.
     type: int
     default: 1
+  current:
+    description:
+      - The port's knobs read earlier in the run, before anything changed the port, as the results of one
+        M(fabricops.fabric.host_read) - V(files) (name C(sysfs PATH)) and V(commands) (name C(sysfs ARGV)),
+        what C(roce_plan) names in C(sysfs_reads). When it holds every read this port needs and they
+        are readable, they are compared instead of reading the port again, so a port already as declared
+        costs no module run. Anything else (a read missing, failed or not parseable) and the port is read
+        as without it.
+      - Not used by the read-back after a change, which always reads the port.
+    type: dict
+    default: {}
   config:
     description:
       - The port's declared knob values (C(roce_plan) C(ports[].sysfs)); a key left out or null is not
@@ -212,6 +223,7 @@ def main():
             "device": {"type": "str", "required": True},
             "port": {"type": "int", "default": 1},
             "config": {"type": "dict", "options": CONFIG_OPTIONS},
+            "current": {"type": "dict", "default": {}},  # the action plugin's; not sent here
             "_read_files": {"type": "list", "elements": "str", "default": []},
             "_read_commands": {"type": "list", "elements": "list", "default": []},
             "_writes": {"type": "list", "elements": "dict", "default": []},

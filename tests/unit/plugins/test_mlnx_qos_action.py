@@ -108,3 +108,75 @@ def test_mlnx_qos_compares_an_earlier_read_instead_of_reading_again(host):  # no
                 {"rc": 0, "stdout": "Priority trust state: banana"}, {}):
         result, calls = run_action("mlnx_qos", host, {**LOSSLESS, "current": bad})
         assert result["changed"] is False and [args["_commands"] for _, args in calls] == [[]], bad
+
+
+def _probe(host, reads):
+    """The role's host_read of the knobs roce_plan names (files base64, commands as command results)."""
+    import base64
+
+    files = {}
+    for name, path in reads["files"].items():
+        text = host.read(path) if host.exists(path) else None
+        files[name] = {"path": path, "exists": text is not None, "encoding": "base64",
+                       "content": base64.b64encode((text or "").encode()).decode()}
+    commands = {}
+    for name, argv in reads["commands"].items():
+        rc, out = host.run(argv)
+        commands[name] = {"cmd": argv, "rc": rc, "stdout": out.rstrip("\n"), "stderr": ""}
+    return {"files": files, "commands": commands}
+
+
+def _reads():
+    """roce_plan's sysfs_reads for the port KNOBS declares (the action's own helper, as the role gets it)."""
+    from unit.plugins.actionrun import load_plugin
+
+    port = {"netdev": NETDEV, "device": DEVICE, "port": 1, "sysfs": SYSFS}
+    return load_plugin("roce_plan")._sysfs_reads([port])
+
+
+def test_roce_plan_names_every_read_roce_sysfs_makes(host):  # noqa: F811
+    reads = _reads()
+    _, calls = run_action("roce_sysfs", host, KNOBS, check_mode=True)
+    (only,) = calls
+    assert sorted(reads["files"].values()) == sorted(only[1]["_read_files"])
+    assert sorted(reads["commands"].values()) == sorted(only[1]["_read_commands"])
+    assert all(name == f"sysfs {path}" for name, path in reads["files"].items())
+    assert all(name == f"sysfs {' '.join(argv)}" for name, argv in reads["commands"].items())
+
+
+def test_roce_sysfs_compares_an_earlier_read_instead_of_reading_again(host):  # noqa: F811
+    reads = _reads()
+    run_action("roce_sysfs", host, KNOBS)
+    # a port as declared: no module run at all
+    result, calls = run_action("roce_sysfs", host, {**KNOBS, "current": _probe(host, reads)})
+    assert result["changed"] is False and result["changes"] == [] and calls == []
+    assert result["before"]["traffic_class"] == "106" and result["before"]["rdma_cm_tos"] == "106"
+    # drift the earlier read shows is planned from it and applied once, then read back by the module
+    tc = f"/sys/class/infiniband/{DEVICE}/tc/1/traffic_class"
+    host.write(tc, "96")
+    stale = _probe(host, reads)
+    result, calls = run_action("roce_sysfs", host, {**KNOBS, "current": stale}, check_mode=True)
+    assert result["changes"] == [f"{tc}=106"] and calls == []
+    result, calls = run_action("roce_sysfs", host, {**KNOBS, "current": stale})
+    assert result["changes"] == [f"{tc}=106"] and result["after"]["traffic_class"] == "106"
+    (only,) = calls
+    assert only[1]["_writes"] == [{"path": tc, "value": "106"}]
+    assert host.read(tc) == "106"
+    # a read missing, failed or not a host_read result: the module reads the port itself
+    good = _probe(host, reads)
+    some_file = next(iter(reads["files"]))
+    some_cmd = next(iter(reads["commands"]))
+    bad = [
+        {},
+        {"files": good["files"]},
+        {"files": {k: v for k, v in good["files"].items() if k != some_file}, "commands": good["commands"]},
+        {"files": good["files"], "commands": {**good["commands"], some_cmd: {"rc": 2, "stdout": "",
+                                                                              "stderr": "not found"}}},
+        {"files": good["files"], "commands": {**good["commands"], some_cmd: {"stdout": "106"}}},
+        {"files": {**good["files"], some_file: {"path": "x", "exists": True, "content": "!!"}},
+         "commands": good["commands"]},
+        {"files": {**good["files"], some_file: {"failed": True}}, "commands": good["commands"]},
+    ]
+    for current in bad:
+        result, calls = run_action("roce_sysfs", host, {**KNOBS, "current": current})
+        assert result["changed"] is False and [args["_writes"] for _, args in calls] == [[]], current
