@@ -110,7 +110,7 @@ def test_mlnx_qos_compares_an_earlier_read_instead_of_reading_again(host):  # no
         assert result["changed"] is False and [args["_commands"] for _, args in calls] == [[]], bad
 
 
-def _probe(host, reads):
+def _probe(host, reads):  # noqa: F811
     """The role's host_read of the knobs roce_plan names (files base64, commands as command results)."""
     import base64
 
