@@ -48,6 +48,15 @@ options:
         V(size) (V(pw_name) and V(gr_name) are empty for an id with no name); V(path) always.
     type: dict
     default: {}
+  must_succeed:
+    description:
+      - Names in O(commands) whose output the caller cannot do without (no verdict on a read that did
+        not happen). When one of them exits non-zero or cannot start, the task fails naming the
+        command, its exit status and the last line it printed (the failed command's result is
+        returned as V(command), the other reads are not).
+    type: list
+    elements: str
+    default: []
   max_bytes:
     description: The most bytes read of one file; a longer file fails the task.
     type: int
@@ -173,6 +182,7 @@ def main():
             "commands": {"type": "dict", "default": {}},
             "files": {"type": "dict", "default": {}},
             "stats": {"type": "dict", "default": {}},
+            "must_succeed": {"type": "list", "elements": "str", "default": []},
             "max_bytes": {"type": "int", "default": 1048576},
         },
         supports_check_mode=True,
@@ -181,13 +191,23 @@ def main():
            if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int)) for a in argv)]
     bad += [f"{kind}.{name}" for kind in ("files", "stats") for name, path in module.params[kind].items()
             if not isinstance(path, str) or not os.path.isabs(path)]
+    bad += [f"must_succeed.{name}" for name in module.params["must_succeed"]
+            if name not in module.params["commands"]]
     if bad:
-        module.fail_json(msg="host_read: each command is a non-empty list of arguments and each file an "
-                             f"absolute path; fix {', '.join(sorted(bad))}")
+        module.fail_json(msg="host_read: each command is a non-empty list of arguments, each file an "
+                             "absolute path and each must_succeed name one of the commands; fix "
+                             f"{', '.join(sorted(bad))}")
     commands = {name: run(module, [str(a) for a in argv]) for name, argv in module.params["commands"].items()}
     files = {name: read(module, name, path, module.params["max_bytes"])
              for name, path in module.params["files"].items()}
     stats = {name: look(module, name, path) for name, path in module.params["stats"].items()}
+    for name in module.params["must_succeed"]:
+        res = commands[name]
+        if res["rc"] != 0:
+            said = (res["stderr"] or res["stdout"]).strip().splitlines()
+            module.fail_json(msg=f"host_read: {' '.join(res['cmd'])} failed (rc {res['rc']}): "
+                                 f"{said[-1] if said else 'no output'}",
+                             command=res)
     module.exit_json(changed=False, commands=commands, files=files, stats=stats)
 
 

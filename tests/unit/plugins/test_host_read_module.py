@@ -102,6 +102,7 @@ def test_a_read_that_did_not_happen_fails(make, why, tmp_path):
     ({"commands": {"shell": "ofed_info -s"}}, "commands.shell"),  # a string would need a shell
     ({"files": {"rel": "etc/passwd"}}, "files.rel"),
     ({"stats": {"rel": "sbin/ifup"}}, "stats.rel"),
+    ({"must_succeed": ["smi"]}, "must_succeed.smi"),  # not one of the commands
 ])
 def test_bad_input_is_refused_before_anything_runs(args, named, tmp_path):
     args = dict(args, commands=dict(args.get("commands", {}), probe=["touch", str(tmp_path / "ran")]))
@@ -116,3 +117,20 @@ def test_check_mode_reads_the_same(tmp_path):
     real, check = run_module(MODULE, args, tmp_path), run_module(MODULE, args, tmp_path, check=True)
     assert not check.get("skipped")
     assert check["commands"] == real["commands"] and check["files"] == real["files"]
+
+
+def test_a_command_that_must_succeed_fails_the_task_naming_it(tmp_path):
+    args = {"commands": {"smi": ["sh", "-c", "echo 'NVIDIA-SMI has failed' >&2; exit 9"],
+                         "other": ["echo", "fine"]}, "must_succeed": ["smi"]}
+    got = run_module(MODULE, args, tmp_path)
+    assert got.get("failed")
+    assert got["msg"] == ("host_read: sh -c echo 'NVIDIA-SMI has failed' >&2; exit 9 failed (rc 9): "
+                          "NVIDIA-SMI has failed")
+    assert got["command"]["rc"] == 9 and "commands" not in got  # the failed read, not every result
+    missing = run_module(MODULE, {"commands": {"smi": ["no-such-tool-fabricops"]}, "must_succeed": ["smi"]},
+                         tmp_path)
+    assert missing.get("failed") and "no-such-tool-fabricops failed (rc 2)" in missing["msg"]
+    # the others may fail: a result, as without must_succeed
+    ok = run_module(MODULE, {"commands": {"smi": ["echo", "q"], "other": ["false"]}, "must_succeed": ["smi"]},
+                    tmp_path)
+    assert not ok.get("failed") and ok["commands"]["other"]["rc"] == 1
