@@ -20,6 +20,10 @@ repository's settings. Each row gives, besides the wall time: the tasks each hos
 its forks and the SSH clients) and the rest of the machine (on the lab: the hosts' modules and
 emulated tools). ``--top N`` lists the N tasks that took longest in each tree's no-change run.
 
+``--settle`` runs each tree's site.yml once, untimed, before its timed runs: right after the other
+tree's run, a re-run would first undo what that code wrote its own way (files it renders or ships
+differently), so without it the second tree's "re-run" is not a no-change run.
+
 ``--floor`` also times the floor: ``bench/floor_probe.sh``, one batched read of what the host
 phases read to find nothing to change, in one SSH round trip per host, on every host at once
 (the median of three runs), so the gap between a run and one read per host is on the same page.
@@ -142,7 +146,7 @@ TOP: dict[str, list[dict]] = {}
 
 
 def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str],
-          root: Path = REPO) -> list[str]:
+          root: Path = REPO, settle: bool = False) -> list[str]:
     timing = Path(tempfile.mkdtemp(prefix="fabricops-bench-")) / "tasks.json"
     env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{os.environ['PATH']}",
                PYTHONPATH=str(root / "src"), ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench/callback_plugins"),
@@ -153,6 +157,11 @@ def bench(limit: str, hosts: list[str], cfg: Path, label: str, runs: list[str],
     rows = []
     if "converge" in runs:
         reset(hosts)
+    elif settle:
+        # untimed: this tree's own converge, so its timed re-run is a no-change run for this code
+        # (right after another tree's run it would first undo what that code wrote its own way)
+        subprocess.run(play, cwd=root, env=dict(env, FABRICOPS_TASKTIME_OUT=os.devnull),
+                       capture_output=True, check=False)
     for key, argv in (("converge", play), ("rerun", play), ("drift", drift)):
         if key not in runs:
             continue
@@ -214,6 +223,9 @@ def main() -> int:
                     help="also time the code of git revision REV (a worktree), side by side, repo settings")
     ap.add_argument("--top", type=int, default=0, metavar="N",
                     help="list the N slowest tasks of each no-change run")
+    ap.add_argument("--settle", action="store_true",
+                    help="before each tree's timed runs (without converge), run its site.yml once untimed, "
+                         "so every re-run timed is a no-change run for the code being timed")
     ap.add_argument("--floor", action="store_true",
                     help="also time one batched read per host (bench/floor_probe.sh), the no-change floor")
     args = ap.parse_args()
@@ -234,7 +246,7 @@ def main() -> int:
     if args.limit:
         hosts = [h for h in up if h in args.limit.split(",")] or up
         for cfg, label, root in configs:
-            print("\n".join(bench(args.limit, hosts, cfg, label, args.runs, root)), flush=True)
+            print("\n".join(bench(args.limit, hosts, cfg, label, args.runs, root, args.settle)), flush=True)
         if args.floor:
             print(floor(hosts), flush=True)
         top(args.top)
@@ -246,7 +258,7 @@ def main() -> int:
                   f"fs.inotify.max_user_instances=256) and run this again")
             continue
         for cfg, label, root in configs:
-            print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs, root)), flush=True)
+            print("\n".join(bench("gpu_hosts", up, cfg, label, args.runs, root, args.settle)), flush=True)
         if args.floor:
             print(floor(up), flush=True)
     top(args.top)
