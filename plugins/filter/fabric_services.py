@@ -111,6 +111,12 @@ def fabric_manager_package(driver_version, pattern="nvidia-fabricmanager-{branch
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def fabric_manager_installed(listing, package):
+    """One package of a ``dpkg-query -W`` listing (fabricops.services.fm_installed)."""
+    _need()
+    return _svc.fm_installed(str(listing or ""), str(package))
+
+
 def apt_packages_versions(text, package):
     """Versions of a package in an apt ``Packages`` index or ``apt-cache madison`` output."""
     versions = []
@@ -153,6 +159,7 @@ class FilterModule:
             "subnet_manager_verify": subnet_manager_verify,
             "nvidia_smi_q_summary": nvidia_smi_q_summary,
             "fabric_manager_package": fabric_manager_package,
+            "fabric_manager_installed": fabric_manager_installed,
             "apt_packages_versions": apt_packages_versions,
             "fabric_manager_choice": fabric_manager_choice,
             "lsmod_modules": lsmod_modules,

@@ -221,6 +221,20 @@ def fm_package(driver_version: str, pattern: str = "nvidia-fabricmanager-{branch
     return pattern.format(branch=driver_branch(driver_version))
 
 
+def fm_installed(listing: str, package: str) -> dict[str, dict[str, Any]]:
+    """One package from ``dpkg-query -W -f='${Package}|${Version}|${Status}\\n' PATTERN`` output ("|":
+    no package name, Debian version or dpkg status word holds one), as the two reads
+    ``dpkg-query -W -f=${Version} PACKAGE`` and ``-f=${Status}`` would have given it: ``{"version":
+    {"rc", "stdout"}, "selection": {"rc", "stdout"}}``, rc 0 when dpkg lists the package (its
+    version may be empty: known, not installed), 1 when it does not."""
+    for line in (listing or "").splitlines():
+        name, sep, rest = line.partition("|")
+        if sep and name == package:
+            version, _, status = rest.partition("|")
+            return {"version": {"rc": 0, "stdout": version}, "selection": {"rc": 0, "stdout": status}}
+    return {"version": {"rc": 1, "stdout": ""}, "selection": {"rc": 1, "stdout": ""}}
+
+
 def upstream(deb_version: str) -> str:
     """'550.54.15-1' -> '550.54.15'; '1:550.54.15-1ubuntu1' -> '550.54.15'."""
     v = str(deb_version).split(":", 1)[-1]

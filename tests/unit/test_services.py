@@ -236,3 +236,27 @@ def test_lsmod_modules():
     assert svc.lsmod_modules(text) == ["nvidia_peermem", "ib_core"]
     assert svc.gpudirect_applicable(FABRIC)
     assert not svc.gpudirect_applicable({"gpu_count": 0, "hcas": FABRIC["hcas"]})
+
+
+# `dpkg-query -W -f='${Package}|${Version}|${Status}\n' 'nvidia-fabricmanager-*'`: the Status field
+# is dpkg's "want ok state" triplet (dpkg-query(1)); a package dpkg knows but has not installed has
+# an empty Version; the first line is the lab host gpu01's real output.
+FM_LISTING = (
+    "nvidia-fabricmanager-550|550.54.15-1|hold ok installed\n"
+    "nvidia-fabricmanager-535|535.183.01-1|deinstall ok config-files\n"
+    "nvidia-fabricmanager-5500||unknown ok not-installed\n"
+)
+
+
+def test_fm_installed_reads_one_package_as_dpkg_query_of_it():
+    got = svc.fm_installed(FM_LISTING, "nvidia-fabricmanager-550")
+    assert got == {"version": {"rc": 0, "stdout": "550.54.15-1"},
+                   "selection": {"rc": 0, "stdout": "hold ok installed"}}
+    assert svc.fm_installed(FM_LISTING, "nvidia-fabricmanager-535")["selection"]["stdout"] == (
+        "deinstall ok config-files")
+    # a prefix of another name is not that package; absent (or no listing): rc 1, as dpkg-query says
+    absent = {"version": {"rc": 1, "stdout": ""}, "selection": {"rc": 1, "stdout": ""}}
+    assert svc.fm_installed(FM_LISTING, "nvidia-fabricmanager-55") == absent
+    assert svc.fm_installed("", "nvidia-fabricmanager-550") == absent
+    assert svc.fm_installed(FM_LISTING, "nvidia-fabricmanager-5500") == {
+        "version": {"rc": 0, "stdout": ""}, "selection": {"rc": 0, "stdout": "unknown ok not-installed"}}
