@@ -362,7 +362,13 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+    # The process can be reaped between the signal check and this read: gone is not alive.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return True
     return ") Z " not in stat
 
 
