@@ -22,6 +22,7 @@ from typing import Any
 from fabricops.errors import FabricopsError
 from fabricops.lab import fabric_services, hardware, network, paths
 from fabricops.lab.emul import firmware
+from fabricops.lab.procs import alive
 
 log = logging.getLogger(__name__)
 
@@ -351,25 +352,6 @@ def _comm(pid: int) -> str | None:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return None
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # The process can be reaped between the signal check and this read: gone is not alive.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        return True
-    return ") Z " not in stat
 
 
 def find_leader(nspawn_pid: int, timeout: float = 20.0) -> int:

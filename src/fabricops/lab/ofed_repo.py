@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
+from fabricops.lab import paths, procs
 from fabricops.lab.emul import tools as emul_tools
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "ofed"
@@ -669,20 +669,13 @@ def _terminate(pid: int, timeout: float = 5.0) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+        if not procs.alive(pid):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
-    except (OSError, IndexError):
-        return True
 
 
 def wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> bool:

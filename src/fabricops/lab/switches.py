@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
+from fabricops.lab import paths, procs
 
 SSH_OS = ("onyx", "cumulus")
 MGMT_BRIDGE = "fo-mgmt"
@@ -223,14 +223,6 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
@@ -245,11 +237,11 @@ def terminate(pids: list[int], timeout: float = STOP_TIMEOUT) -> None:
     while time.monotonic() < deadline:
         for pid in pids:
             _reap(pid)
-        if not any(_alive(p) for p in pids):
+        if not any(procs.alive(p) for p in pids):
             return
         time.sleep(0.05)
     for pid in pids:
-        if _alive(pid):
+        if procs.alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     for pid in pids:
@@ -402,7 +394,7 @@ def stop(lab: dict[str, Any], net: Net | None = None) -> None:
         ns = info.get("netns") or short_name(net.netns_prefix, name)
         veth = info.get("veth") or short_name(net.veth_prefix, name)
         pid = info.get("pid")
-        if pid and _alive(int(pid)):
+        if pid and procs.alive(int(pid)):
             argv = _cmdline(int(pid))
             # only our process: the emulator (or `ip netns exec` before it exec'd) for this switch
             if argv and (name in argv or ns in argv):

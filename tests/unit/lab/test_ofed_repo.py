@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import ofed_repo, paths
+from fabricops.lab import ofed_repo, paths, procs
 from fabricops.lab.emul import tools as emul_tools
 
 OLD, NEW = "23.10-1.1.9.0", "24.10-1.1.4.0"
@@ -474,7 +474,7 @@ def test_prepare_serves_the_artifacts_and_stop_stops_it(served):
     pid = facts["pid"]
     assert Path(f"/proc/{pid}").exists()
     ofed_repo.stop({"repo": {"pid": pid}})
-    assert not Path(f"/proc/{pid}").exists() or ofed_repo._zombie(pid)
+    assert not procs.alive(pid)
     with pytest.raises(OSError):
         urllib.request.urlopen(new["tgz_url"], timeout=2)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths, switches
+from fabricops.lab import paths, procs, switches
 
 BRIDGE = "fo-test-br0"
 NET = "198.18.99"  # RFC 2544 benchmarking range: nothing on this machine uses it
@@ -151,7 +151,7 @@ def test_start_plumbs_namespaces_and_stop_removes_them(bridge, state, tmp_path):
         info = result[name]
         assert not Path("/run/netns", info["netns"]).exists()
         assert not Path("/sys/class/net", info["veth"]).exists()
-        assert not switches._alive(info["pid"])
+        assert not procs.alive(info["pid"])
     # stop twice is fine
     switches.stop({"topology": lab["topology"], "switches": result}, net)
 
