@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from integration.conftest import INVENTORY, REPO, VENV_BIN
+from labtools import ensure_ofed
 
 pytestmark = pytest.mark.lab
 
@@ -84,17 +84,9 @@ def mgmt_ip(lab):
 
 
 @pytest.fixture(scope="module")
-def ofed(ssh):
+def ofed(ssh, lab):
     """The emulated MLNX_OFED on gpu04 (installed from the lab's tarball when absent)."""
-    if ssh(HOST, "ofed_info -s", check=False).returncode == 0:
-        return
-    group_vars = yaml.safe_load((INVENTORY.parent / "group_vars" / "all.yml").read_text())
-    ofed_cfg = group_vars["fabricops_ofed"]
-    ver = ofed_cfg["versions"][ofed_cfg["default_version"]]
-    url = ver["tgz_url"]
-    fetch = f"python3 -c \"import urllib.request; urllib.request.urlretrieve('{url}', 'ofed.tgz')\""
-    install = f"{ver['dir']}/mlnxofedinstall --force --skip-distro-check"
-    ssh(HOST, f"cd /tmp && {fetch} && tar xzf ofed.tgz && {install}", timeout=600)
+    return ensure_ofed(ssh, lab, HOST)
 
 
 @pytest.fixture(scope="module")

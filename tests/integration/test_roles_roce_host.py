@@ -13,6 +13,7 @@ import re
 import time
 
 import pytest
+from labtools import ensure_ofed
 
 from fabricops.parsers import parse, to_data
 
@@ -76,7 +77,9 @@ def tasks_run(stdout: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def converged(lab, ssh, ansible_playbook):
-    """gpu01 converged once (the emulated OFED is already installed there)."""
+    """gpu01 converged once, on the emulated OFED (installed from the lab's tarball when absent:
+    the test must not depend on an earlier test module having installed it)."""
+    ensure_ofed(ssh, lab, HOST)
     assert ssh(HOST, "ofed_info -s").stdout.startswith("MLNX_OFED_LINUX-")
     # Start from firmware defaults on one port so the first converge has something to do.
     first = roce_ports(lab)[0][1]
