@@ -167,7 +167,7 @@ class ActionModule(ActionBase):
             )
             if same:
                 results.append({"item": f["dest"], "dest": f["dest"], "src": f["src"], "changed": False,
-                                "checked": "same"})
+                                "checked": "same", "existed": True})
                 continue
             res = self._template(f, task_vars)
             if res.get("failed"):
@@ -175,8 +175,10 @@ class ActionModule(ActionBase):
                 res["dest"] = f["dest"]
                 result.update(failed=True, msg=res["msg"], results=[*results, res])
                 return result
+            # existed: whether the path was there before this task (a unit file that is new is not
+            # known to systemd yet, so a check-mode run cannot ask systemd about it)
             entry = {"item": f["dest"], "dest": f["dest"], "src": f["src"],
-                     "changed": bool(res.get("changed")), "checked": "template"}
+                     "changed": bool(res.get("changed")), "checked": "template", "existed": bool(st.get("exists"))}
             if res.get("diff") and self._task.diff:
                 # the template action names its rendered temporary file as "after": name the destination
                 given = res["diff"] if isinstance(res["diff"], list) else [res["diff"]]

@@ -111,10 +111,12 @@ results:
   description: >-
     One entry per file, in order, shaped like a loop's results: V(item) and V(dest) (the path), V(src),
     V(changed), V(checked) (V(same): skipped after the read; V(template): handed to
-    M(ansible.builtin.template)) and, in diff mode, that file's V(diff).
+    M(ansible.builtin.template)), V(existed) (whether the path existed before the task; in check mode
+    a new file is reported, not written, so a later task can tell that it is still absent) and, in
+    diff mode, that file's V(diff).
   returned: always
   type: list
   elements: dict
   sample: [{"item": "/etc/nccl.conf", "dest": "/etc/nccl.conf", "src": "nccl.conf.j2", "changed": false,
-            "checked": "same"}]
+            "checked": "same", "existed": true}]
 """

@@ -181,6 +181,8 @@ def test_mode_kind_absence_and_a_changed_template_are_each_caught(play, spoil):
     result = play(_files(d), "--check")
     assert result["results"][0]["checked"] == "template" and result["results"][0]["changed"] is True
     assert result["results"][1]["checked"] == "same"
+    # only an absent path is new (what a check-mode run uses to leave a not-yet-written unit alone)
+    assert [r["existed"] for r in result["results"]] == [spoil != "missing", True]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="changing a file's owner needs root")
