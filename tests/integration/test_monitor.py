@@ -100,6 +100,12 @@ def emulated_ethtool(host_exec):
               input=ETHTOOL_WRAPPER)
 
 
+def monitor_args(deb_mirror) -> list[str]:
+    return ["--limit", HOST, "-e", "fabric_monitor_install_method=deb_url",
+            "-e", f"fabric_monitor_node_exporter_deb_url={deb_mirror['url']}",
+            "-e", f"fabric_monitor_node_exporter_deb_sha256={deb_mirror['sha256']}"]
+
+
 @pytest.fixture(scope="module")
 def monitored(ansible_playbook, deb_mirror, ofed, emulated_ethtool, mgmt_ip):
     # A healthy host is a converged one: the host phases of the whole job first (OFED, RoCE QoS,
@@ -109,9 +115,7 @@ def monitored(ansible_playbook, deb_mirror, ofed, emulated_ethtool, mgmt_ip):
         "-e", "mlnx_ofed_allow_restart=true", "-e", "ipoib_allow_restart=true",
     )
     assert converge.rc == 0, converge.stdout[-3000:] + converge.stderr[-2000:]
-    extra = ["--limit", HOST, "-e", "fabric_monitor_install_method=deb_url",
-             "-e", f"fabric_monitor_node_exporter_deb_url={deb_mirror['url']}",
-             "-e", f"fabric_monitor_node_exporter_deb_sha256={deb_mirror['sha256']}"]
+    extra = monitor_args(deb_mirror)
     run = ansible_playbook("playbooks/monitor.yml", *extra)
     assert run.rc == 0, run.stdout[-3000:] + run.stderr[-2000:]
     again = ansible_playbook("playbooks/monitor.yml", *extra)
@@ -226,3 +230,25 @@ def test_pfc_storm(fresh, host_exec):
 def test_node_exporter_listens_on_the_management_address(monitored):
     with socket.create_connection((monitored, 9100), timeout=5):
         pass
+
+
+def test_check_mode_before_the_collector_units_exist(monitored, ansible_playbook, deb_mirror, ssh):
+    """A first --check on a host with node_exporter but no collector units yet (a rack the role has
+    not reached): it says what it would do and changes nothing; systemd cannot be asked about a unit
+    whose file is only reported, so that must not fail the run (it did: "Could not find the
+    requested service fabricops-collector.timer")."""
+    units = "/etc/systemd/system/fabricops-collector.service /etc/systemd/system/fabricops-collector.timer"
+    ssh(HOST, "systemctl disable --now fabricops-collector.timer; "
+              f"rm -f {units}; systemctl daemon-reload", check=False)
+    try:
+        check = ansible_playbook("playbooks/monitor.yml", "--check", *monitor_args(deb_mirror))
+        assert check.rc == 0 and check.hosts[HOST]["failures"] == 0, check.stdout[-3000:]
+        assert check.hosts[HOST]["changed"] > 0, check.stdout[-3000:]
+        assert "would enable and start fabricops-collector.timer" in check.stdout, check.stdout[-3000:]
+        assert ssh(HOST, f"ls {units}", check=False).returncode != 0  # check mode wrote nothing
+    finally:
+        run = ansible_playbook("playbooks/monitor.yml", *monitor_args(deb_mirror))
+    assert run.rc == 0, run.stdout[-3000:]
+    assert ssh(HOST, "systemctl is-active fabricops-collector.timer").stdout.strip() == "active"
+    again = ansible_playbook("playbooks/monitor.yml", "--check", *monitor_args(deb_mirror))
+    assert again.rc == 0 and again.hosts[HOST]["changed"] == 0, again.stdout[-3000:]
