@@ -178,7 +178,8 @@ class ActionModule(ActionBase):
             # existed: whether the path was there before this task (a unit file that is new is not
             # known to systemd yet, so a check-mode run cannot ask systemd about it)
             entry = {"item": f["dest"], "dest": f["dest"], "src": f["src"],
-                     "changed": bool(res.get("changed")), "checked": "template", "existed": bool(st.get("exists"))}
+                     "changed": bool(res.get("changed")), "checked": "template",
+                     "existed": bool(st.get("exists"))}
             if res.get("diff") and self._task.diff:
                 # the template action names its rendered temporary file as "after": name the destination
                 given = res["diff"] if isinstance(res["diff"], list) else [res["diff"]]
