@@ -1,29 +1,142 @@
 #!/usr/bin/env bash
-# The full test suite: lint (ruff, yamllint, ansible-lint production profile, ansible-test sanity
-# on the built collection), then pytest
-# (unit tests on real captured output, and integration tests on the emulated rack).
-# Installs what it needs first; safe to run again. Exit non-zero when any lint or test fails.
+# The test suite. Installs what it needs first; safe to run again. Exit non-zero when any step fails.
+#
+#   bash scripts/test.sh            the whole proof (what CI runs): lint (ruff, yamllint, ansible-lint
+#                                   production profile), ansible-test sanity on the built collection,
+#                                   unit and conformance tests, then the integration tests on the
+#                                   emulated rack. The rack (image build, lab up) comes up in the
+#                                   background while lint, sanity and the unit tests run.
+#   bash scripts/test.sh --quick    the contributor's tier: lint, sanity, unit and conformance tests;
+#                                   no emulated rack (about 10 minutes on 2 cores).
+#   bash scripts/test.sh [--quick] -- PYTEST_ARGS...
+#                                   the same steps; the arguments go to every pytest run
+#                                   (e.g. -- -k nvue, or -- -x).
+#
+# Environment: FABRICOPS_TEST_WORKERS  xdist workers for unit and conformance tests (default 4: those
+#                                      tests wait on SSH sessions and child processes far more than they
+#                                      compute, so 4 workers keep 2 cores busy);
+#              FABRICOPS_TEST_ORDER    forward (default), reverse or random:SEED - the order tests run
+#                                      in (tests/conftest.py); the flakiness hunt uses it.
+# Every run ends with a table of seconds per phase and the 15 slowest tests (scripts/ci_times.py);
+# it goes to the log only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+
+quick=0
+pytest_args=()
+while (($#)); do
+  case $1 in
+    --quick) quick=1 ;;
+    --) shift; pytest_args+=("$@"); break ;;
+    *) pytest_args+=("$1") ;;
+  esac
+  shift
+done
+workers=${FABRICOPS_TEST_WORKERS:-4}
+
+times_dir=$(mktemp -d "${TMPDIR:-/tmp}/fabricops-test-times.XXXXXX")
+phase_log=$times_dir/phases.tsv
+: >"$phase_log"
+lab_pid=
+finish() {
+  rc=$?
+  if [[ -n $lab_pid ]] && kill -0 "$lab_pid" 2>/dev/null; then
+    # a failed foreground step ends the run: stop the background integration tests (their own
+    # process group, setsid) and show what they had printed
+    kill -TERM -- "-$lab_pid" 2>/dev/null || true
+    wait "$lab_pid" 2>/dev/null || true
+    echo "== the background integration tests were stopped; their output so far:"
+    cat "$lab_log" 2>/dev/null || true
+  fi
+  if [[ -x .venv/bin/python ]]; then
+    .venv/bin/python scripts/ci_times.py "$phase_log" "$times_dir"/*.xml || true
+  fi
+  rm -rf "$times_dir"
+  exit "$rc"
+}
+trap finish EXIT
+
+# phase NAME CMD... : run CMD, record its wall-clock seconds and exit status under NAME.
+phase() {
+  local name=$1 start end rc=0
+  shift
+  echo "== $name"
+  start=$(date +%s.%N)
+  "$@" || rc=$?
+  end=$(date +%s.%N)
+  printf '%s\t%s\t%s\t%s\n' "$name" "$start" "$end" "$([[ $rc -eq 0 ]] && echo ok || echo "FAILED ($rc)")" \
+    >>"$phase_log"
+  return "$rc"
+}
+
+phase "setup" bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 
-echo "== ruff"
-ruff check src tests plugins bench
-echo "== yamllint"
-yamllint -s .
-echo "== ansible-lint"
-ansible-lint --offline -q
-echo "== ansible-test sanity"
-bash scripts/sanity.sh
-if [[ ${CI:-} == true ]]; then
-  # CI proves the whole thing: the emulated rack must come up (a skip would hide a broken lab),
-  # starting from a clean machine even if an earlier run left a lab behind.
-  export FABRICOPS_REQUIRE_LAB=1
-  fabricops lab down >/dev/null 2>&1 || true
+pytest=(python -m pytest -p no:cacheprovider --durations=15)
+lab_log=$times_dir/lab.log
+if ((!quick)); then
+  if [[ ${CI:-} == true ]]; then
+    # CI proves the whole thing: the emulated rack must come up (a skip would hide a broken lab),
+    # starting from a clean machine even if an earlier run left a lab behind.
+    export FABRICOPS_REQUIRE_LAB=1
+    fabricops lab down >/dev/null 2>&1 || true
+  fi
+  # The emulated rack and its integration tests run in the background, one test after another (they
+  # share the rack), beside the steps that do not need it: lint, sanity and the unit and conformance
+  # tests spend most of their time waiting on SSH sessions and child processes, and the integration
+  # tests on Ansible's round trips, so the two streams share 2 cores well. Nothing in the foreground
+  # touches what the rack makes: /var/lib/fabricops-lab, the image cache, the lab's bridges and
+  # namespaces (the unit tests that plumb namespaces use fo-test-* names and RFC 2544 addresses), and
+  # inventories/lab (yamllint and ansible-lint exclude it; unit tests name their own inventories);
+  # each test process has its own runtime directory, so switch locks are not shared (tests/conftest.py).
+  lab_up_here=0
+  if [[ $(id -u) -eq 0 ]] && ! fabricops lab status >/dev/null 2>&1; then
+    lab_up_here=1
+  fi
+  export -f phase
+  export phase_log times_dir lab_up_here
+  # shellcheck disable=SC2016 # the script's $vars expand in the background bash, from its exports
+  setsid bash -c '
+    set -uo pipefail
+    if ((lab_up_here)); then
+      phase "image build (background)" python -c "from fabricops.lab import image; image.ensure_image()" || exit 1
+      phase "lab up (background)" fabricops lab up >/dev/null || exit 1
+    fi
+    rc=0
+    phase "pytest: integration (background, emulated rack)" "$@" --junitxml="$times_dir/integration.xml" \
+      tests/integration || rc=$?
+    if ((lab_up_here)); then fabricops lab down >/dev/null 2>&1 || true; fi
+    exit "$rc"
+  ' integration "${pytest[@]}" "${pytest_args[@]}" >"$lab_log" 2>&1 &
+  lab_pid=$!
 fi
-echo "== conformance venv (real clients: mellanox.onyx in Ansible 7.7.0)"
-bash scripts/conformance-venv.sh
-echo "== pytest"
-python -m pytest -p no:cacheprovider "$@"
+
+phase "lint: ruff" ruff check src tests plugins bench
+phase "lint: yamllint" yamllint -s .
+phase "lint: ansible-lint" ansible-lint --offline -q
+phase "ansible-test sanity" bash scripts/sanity.sh
+phase "conformance venv" bash scripts/conformance-venv.sh
+
+# Unit and conformance tests: no lab, under xdist. worksteal hands a finished worker the queued
+# tests of a busy one, so the long SSH cases at the end do not leave a worker idle.
+phase "pytest: unit (xdist, $workers workers)" \
+  "${pytest[@]}" -n "$workers" --dist worksteal --junitxml="$times_dir/unit.xml" tests/unit "${pytest_args[@]}"
+phase "pytest: conformance (xdist, $workers workers)" \
+  "${pytest[@]}" -n "$workers" --dist worksteal --junitxml="$times_dir/conformance.xml" tests/conformance \
+  "${pytest_args[@]}"
+
+if ((quick)); then
+  echo "test.sh --quick: lint, sanity, unit and conformance tests passed (the emulated rack's tests: run without --quick)"
+  exit 0
+fi
+
+echo "== waiting for the integration tests (running in the background since setup)"
+lab_rc=0
+wait "$lab_pid" || lab_rc=$?
+lab_pid=
+cat "$lab_log"
+if ((lab_rc != 0)); then
+  echo "test.sh: the integration tests failed (exit $lab_rc; their output above)." >&2
+  exit 1
+fi

@@ -23,3 +23,14 @@ __all__ = ["FIXTURES", "fixture_names", "read_fixture"]
 @pytest.fixture
 def fixture_text():
     return read_fixture
+
+
+
+# the runtime directory of each test process, and the order tests run in (tests/isolation.py)
+from isolation import (  # noqa: E402
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_unconfigure,
+)
+
+__all__ += ["pytest_collection_modifyitems", "pytest_configure", "pytest_unconfigure"]

@@ -70,19 +70,3 @@ def nvue_lab(request, tmp_path):
     yield lab
     lab.close()
 
-
-def pytest_terminal_summary(terminalreporter):
-    """The count of real-client calls made, per client (each test module keeps a CALLS list)."""
-    import sys
-
-    reports = terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
-    for mod, client in (
-        ("test_netmiko_cumulus", "netmiko cumulus_linux"),
-        ("test_rest_api", "REST (urllib)"),
-    ):
-        calls = getattr(sys.modules.get(mod), "CALLS", None)
-        if calls is not None:
-            failed = sum(1 for r in reports if f"nvue/{mod}.py" in getattr(r, "nodeid", ""))
-            terminalreporter.write_line(
-                f"NVUE conformance: {client}: {len(calls)} calls ({failed} of its tests failed)"
-            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from fabricops.lab import paths, procs, switches
 
 BRIDGE = "fo-test-br0"
 NET = "198.18.99"  # RFC 2544 benchmarking range: nothing on this machine uses it
+NETNS_LOCK = "/run/lock/fabricops-test-netns.lock"  # see the bridge fixture
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="needs root and iproute2 (network namespaces)")
@@ -60,6 +62,18 @@ def _lab() -> dict:
 
 @pytest.fixture
 def bridge():
+    """The test bridge, held under a machine-wide lock: its name, its subnet and the fo-test-s*
+    namespaces are one per machine, and under xdist two workers would otherwise delete each other's
+    (the clean-up below removes every fo-test-s* namespace)."""
+    lock = os.open(NETNS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _bridge()
+    finally:
+        os.close(lock)
+
+
+def _bridge():
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
     subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
     subprocess.run(["ip", "addr", "add", f"{NET}.1/24", "dev", BRIDGE], check=True)

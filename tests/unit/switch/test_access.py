@@ -351,7 +351,9 @@ def test_bastion_refusing_fails_in_one_sentence(env, bastion, tmp_path):
         roce_switch_ssh_config=str(cfg),
     )
     with pytest.raises(SwitchError) as err:
-        transport.connect(switch_connection(hv))
+        # the proxy's ssh exits at once, but the session waits for the banner until its timeout:
+        # the test sets one of 3 s, not the 30 s default
+        transport.connect(switch_connection(hv, timeout=3))
     text = one_sentence(err.value)
     assert "through the proxy" in text and PASSWORD not in text and Bastion.forwarded == []
 
