@@ -212,6 +212,30 @@ def lab():
         rack.down()
 
 
+def rebuild_lab(lab: dict, topology_file: str | None = None, n_hosts: int | None = None) -> dict:
+    """Take the lab down and bring the given topology (default: the default rack) up fresh; the
+    session's ``lab`` dict is updated in place when it is the default rack again. The image is cached,
+    so this costs the hosts' boot (seconds), not a build. The controller's fact cache goes too: facts
+    cached from the hosts that were (gathering = smart) must not stand for the new ones."""
+    from fabricops.lab import rack
+
+    rack.down()
+    shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)
+    if topology_file is None and n_hosts is None:
+        data = rack.up(inventory_dir=INVENTORY.parent)
+        lab.clear()
+        lab.update(data)
+        return lab
+    return rack.up(topology_file=topology_file, n_hosts=n_hosts, inventory_dir=INVENTORY.parent)
+
+
+@pytest.fixture(scope="module")
+def fresh_lab(lab):
+    """The default rack as ``lab up`` boots it, for a file whose tests are about that (no OFED, no
+    addresses, switches at their factory state): rebuilt, whatever files ran before."""
+    return rebuild_lab(lab)
+
+
 @pytest.fixture(scope="session", name="ansible")
 def ansible_fixture(lab):
     return ansible

@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# about the rack as `lab up` boots it (no OFED, no addresses, switches at factory settings): a fresh
+# one, whatever files ran before (tests/integration/conftest.py, fresh_lab)
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("fresh_lab")]
 
 HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04"]
 NETDEVS = {"ibp26s0", "ibp60s0", "enp170s0f0np0", "enp170s0f1np1"}

@@ -74,7 +74,11 @@ def _ofed_info(ssh):
 
 
 def _wipe(ssh):
-    ssh(HOST, f"dpkg --purge {PACKAGES} >/dev/null 2>&1; rm -rf /var/lib/fabricops/mlnx_ofed "
+    # a host without OFED has no RoCE QoS unit either: one left by a site converge (PartOf
+    # openibd.service) would re-apply QoS on the restarts these tests make
+    ssh(HOST, "systemctl disable --now fabricops-roce-qos.service >/dev/null 2>&1; "
+              "rm -f /etc/systemd/system/fabricops-roce-qos.service; systemctl daemon-reload; "
+              f"dpkg --purge {PACKAGES} >/dev/null 2>&1; rm -rf /var/lib/fabricops/mlnx_ofed "
               "/var/cache/mlnx_ofed /etc/apt/sources.list.d/mlnx_ofed.list /etc/infiniband "
               "/root/fake-modules; true")
 

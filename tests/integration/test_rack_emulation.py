@@ -17,7 +17,9 @@ from labtools import ensure_ofed
 from fabricops.cli import main as fabricops
 from fabricops.parsers import parse, to_data
 
-pytestmark = pytest.mark.lab
+# about the rack as `lab up` boots it (no OFED, no addresses, switches at factory settings): a fresh
+# one, whatever files ran before (tests/integration/conftest.py, fresh_lab)
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("fresh_lab")]
 
 PFC3 = "0,0,0,1,0,0,0,0"
 

@@ -6,8 +6,9 @@ port (4 IB leaves, 2 IB spines) and one 400GbE RoCE port (4 leaves, 2 spines, Cu
 - each fault is found and named: a degraded ISL, a degraded host port, PFC off on one spine port
   (RoCE), a swapped cable; healthy again after each is cleared.
 
-Runs after every other lab test (the module swaps the shared lab for the two-tier rack; the
-lab_teardown test that follows takes it down).
+The module swaps the shared lab for the two-tier rack and, when it ends, puts a fresh default rack
+back (the session's ``lab`` data updated in place), so a file that runs after it, in any order,
+finds the lab it expects: pristine hosts, as every file that needs OFED or a converge makes its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from integration.conftest import rebuild_lab
 
 pytestmark = pytest.mark.lab
 
@@ -57,10 +59,9 @@ def bad(data) -> list[dict]:
 @pytest.fixture(scope="module")
 def two_tier(lab, ssh, ansible_playbook):
     """The two-tier rack, OFED installed, RoCE lossless on hosts and on every leaf and spine port."""
-    from fabricops.lab import paths, rack
+    from fabricops.lab import paths
 
-    rack.down()
-    data = rack.up(topology_file="two-tier", n_hosts=HOSTS)
+    data = rebuild_lab(lab, "two-tier", HOSTS)
     info = json.loads(paths.lab_json().read_text())["ofed"]
     v = info["versions"][info["default_version"]]
     for h in sorted(data["hosts"]):
@@ -75,8 +76,11 @@ def two_tier(lab, ssh, ansible_playbook):
         run = ansible_playbook(play, timeout=900)
         assert run.rc == 0, run.stdout[-4000:]
     assert {"spine1", "spine2"} <= set(run.hosts), run.stdout[-2000:]  # spines configured too (ISL ports)
-    yield data
-    clear()
+    try:
+        yield data
+    finally:
+        clear()
+        assert len(rebuild_lab(lab)["hosts"]) == 4
 
 
 def test_healthy_two_tier_covers_every_cable_in_few_rounds(two_tier, tmp_path):
