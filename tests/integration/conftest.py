@@ -199,6 +199,15 @@ def lab():
         pytest.skip(f"lab not available: {problem}")
     from fabricops.lab import paths, rack, topology
 
+    if os.environ.get("FABRICOPS_LAB_SHARED") == "1":
+        # scripts/test.sh brought the rack up and runs several pytest streams on it at once: each
+        # takes it as it is (a reconcile from each at the same moment would race on lab.json), and
+        # none takes it down
+        data = paths.load_lab()
+        if data.get("topology") != topology.load():
+            pytest.fail("FABRICOPS_LAB_SHARED=1 but the lab that is up is not the default rack")
+        yield data
+        return
     was_up = False
     if paths.lab_json().exists():
         current = paths.load_lab()

@@ -14,11 +14,14 @@ status 2, with nothing changed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +67,22 @@ def faults_file() -> Path:
 
 def backup_dir() -> Path:
     return paths.STATE_DIR / "fault-backups"
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """One fault change at a time on this lab: ``inject`` and ``clear`` read faults.json, change
+    files and write it back, so two at once (two operators, or test files running side by side on
+    different hosts) would lose one's record and leave its fault armed for ever. The lab's state
+    directory is root's (``lab up`` makes it); the lock file is opened without following a link."""
+    paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(paths.STATE_DIR / "faults.lock", flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def active() -> list[dict[str, Any]]:
@@ -990,6 +1009,11 @@ def _target(lab: dict[str, Any], name: str) -> Target:
 
 def inject(target: str, kind: str, args: list[str], lab: dict[str, Any] | None = None) -> dict[str, Any]:
     """Inject one fault; returns its record (also appended to faults.json)."""
+    with _locked():
+        return _inject(target, kind, args, lab)
+
+
+def _inject(target: str, kind: str, args: list[str], lab: dict[str, Any] | None) -> dict[str, Any]:
     lab = lab if lab is not None else paths.load_lab()
     t = _target(lab, target)
     if t.kind == "host":
@@ -1038,6 +1062,11 @@ def inject(target: str, kind: str, args: list[str], lab: dict[str, Any] | None =
 
 def clear(target: str | None = None, lab: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Undo every fault on target (all when None), newest first; restore original file bytes."""
+    with _locked():
+        return _clear(target, lab)
+
+
+def _clear(target: str | None, lab: dict[str, Any] | None) -> list[dict[str, Any]]:
     records = active()
     if target is not None:
         try:

@@ -601,3 +601,45 @@ def test_bad_switch_port_fault_exits_2_and_changes_nothing(two_tier, capsys, arg
     assert message in err
     assert err.count("\n") == 0 and err.startswith("fabricops lab: ")
     assert {p: p.read_bytes() for p in paths.STATE_DIR.rglob("*") if p.is_file()} == before
+
+
+def test_two_faults_injected_at_once_on_two_hosts_both_stay_recorded(lab, monkeypatch):
+    """faults.json is read, changed and written back: two injections at once (test files side by side
+    on different hosts, or two operators) lost one record, and with it the undo of an armed fault.
+    The second injection reads faults.json while the first is between its read and its write (held
+    there until the second has had its chance); with the lock it waits instead."""
+    import threading
+
+    first_read = threading.Event()
+    original_active = faults.active
+
+    def active_then_pause():
+        records = original_active()
+        if threading.current_thread().name == "first":
+            first_read.set()
+            second_started.wait(5)
+            second_done.wait(0.5)  # the second may not get in while the first holds the lock
+        return records
+
+    second_started, second_done = threading.Event(), threading.Event()
+    monkeypatch.setattr(faults, "active", active_then_pause)
+    errors: list[BaseException] = []
+
+    def first():
+        try:
+            faults.inject("gpu01", "port-down", ["mlx5_0"], lab[0])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=first, name="first")
+    t.start()
+    assert first_read.wait(5)
+    second_started.set()
+    faults.inject("gpu02", "port-down", ["mlx5_0"], lab[0])
+    second_done.set()
+    t.join(10)
+    assert not errors
+    recorded = {(r["target"], r["kind"]) for r in original_active()}
+    assert recorded == {("gpu01", "port-down"), ("gpu02", "port-down")}
+    assert run("clear") == 0
+    assert port(hw("gpu01"), "mlx5_0")["state"] == port(hw("gpu02"), "mlx5_0")["state"]
