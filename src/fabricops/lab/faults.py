@@ -73,11 +73,11 @@ def backup_dir() -> Path:
 def _locked() -> Iterator[None]:
     """One fault change at a time on this lab: ``inject`` and ``clear`` read faults.json, change
     files and write it back, so two at once (two operators, or test files running side by side on
-    different hosts) would lose one's record and leave its fault armed for ever. The lab's state
-    directory is root's (``lab up`` makes it); the lock file is opened without following a link."""
+    different hosts) would lose one's record and leave its fault armed for ever. The lock is a
+    flock on the lab's state directory itself (root's, made by ``lab up``): no file is created, so a
+    refused request still changes nothing."""
     paths.STATE_DIR.mkdir(parents=True, exist_ok=True)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(paths.STATE_DIR / "faults.lock", flags, 0o600)
+    fd = os.open(paths.STATE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
