@@ -17,7 +17,7 @@
 #                                      compute, so 4 workers keep 2 cores busy);
 #              FABRICOPS_TEST_ORDER    forward (default), reverse or random:SEED - the order tests run
 #                                      in (tests/conftest.py); the flakiness hunt uses it.
-# Every run ends with a table of seconds per phase and the 15 slowest tests (scripts/ci_times.py);
+# Every run ends with a table of seconds per phase and the 15 slowest tests (tests/ci_times.py);
 # it goes to the log only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ finish() {
     cat "$lab_log" 2>/dev/null || true
   fi
   if [[ -x .venv/bin/python ]]; then
-    .venv/bin/python scripts/ci_times.py "$phase_log" "$times_dir"/*.xml || true
+    .venv/bin/python tests/ci_times.py "$phase_log" "$times_dir"/*.xml || true
   fi
   rm -rf "$times_dir"
   exit "$rc"

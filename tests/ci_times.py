@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Where a test run's time went: the table scripts/test.sh prints at its end.
 
 Reads the phase log scripts/test.sh writes (one line per phase: name, start and end in seconds since
@@ -10,7 +9,7 @@ the epoch, exit status; tab-separated) and pytest's JUnit XML files, and prints
   after another, so this is wall-clock time);
 - the 15 slowest tests of the whole run (setup + call + teardown, as JUnit records them).
 
-Usage: ci_times.py PHASE_LOG [JUNIT_XML ...]. It only reads; the output goes to the run's log.
+Usage: python tests/ci_times.py PHASE_LOG [JUNIT_XML ...]. It only reads; the output goes to the run's log.
 """
 
 from __future__ import annotations
@@ -79,7 +78,7 @@ def main(argv: list[str]) -> int:
     else:
         print("(no phase was recorded)")
     per_file: dict[str, float] = defaultdict(float)
-    for file, _, seconds in cases:
+    for file, _test, seconds in cases:
         if file.startswith("integration/"):
             per_file[file] += seconds
     if per_file:
@@ -89,7 +88,7 @@ def main(argv: list[str]) -> int:
         print(f"{'all integration files':<52} {sum(per_file.values()):>8.1f}")
     if cases:
         print(f"\n{SLOWEST} slowest tests (setup + call + teardown)")
-        for _, test, seconds in sorted(cases, key=lambda c: -c[2])[:SLOWEST]:
+        for _file, test, seconds in sorted(cases, key=lambda c: -c[2])[:SLOWEST]:
             print(f"{seconds:>8.1f}  {test}")
     return 0
 
