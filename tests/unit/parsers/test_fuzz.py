@@ -18,7 +18,6 @@ import json
 import os
 import time
 import typing
-from datetime import timedelta
 
 import pytest
 from captures import FIXTURES, fixture_names, read_fixture
@@ -34,7 +33,10 @@ OTHER_LINES = [ln for texts in CAPTURES.values() for text in texts for ln in tex
 EVERY_CAPTURE = [text for texts in CAPTURES.values() for text in texts]
 
 EXAMPLES = int(os.environ.get("FABRICOPS_FUZZ_EXAMPLES", "150"))
-BUDGET_S = 1.0  # per parse call; real captures parse in a few ms
+# Per parse call, in CPU seconds of the calling thread (time.thread_time): real captures parse in a
+# few ms. Wall time is not a measure here: the unit tests share two cores with xdist workers and the
+# integration streams, and a wall-clock budget failed CI on an 822-character input (1.83 s).
+BUDGET_S = 1.0
 
 # Values a damaged or hostile output may carry where a number belongs.
 ODD_NUMBERS = [
@@ -52,15 +54,15 @@ def record_type(tool: str) -> type:
 
 def check(tool: str, text: str) -> None:
     func = get_parser(tool)
-    start = time.perf_counter()
+    start = time.thread_time()
     try:
         record = func(text)
     except ParseError as exc:
-        elapsed = time.perf_counter() - start
+        elapsed = time.thread_time() - start
         message = str(exc)
         assert message and "\n" not in message, f"{tool}: refusal is not one line: {message!r}"
     else:
-        elapsed = time.perf_counter() - start
+        elapsed = time.thread_time() - start
         assert isinstance(record, record_type(tool)), f"{tool} returned {type(record).__name__}"
         json.dumps(to_data(record), allow_nan=False)  # what `fabricops parse` prints
     assert elapsed < BUDGET_S, f"{tool} took {elapsed:.2f} s on {len(text)} characters"
@@ -125,7 +127,7 @@ def mutated(draw: st.DrawFn, tool: str) -> str:
 
 FUZZ = settings(
     max_examples=EXAMPLES,
-    deadline=timedelta(seconds=BUDGET_S * 2),
+    deadline=None,  # hypothesis' deadline is wall time; check() budgets CPU time
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
