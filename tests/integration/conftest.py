@@ -66,6 +66,17 @@ class AnsibleRun:
             if r.get("failed") or r.get("unreachable") or r.get("failures")
         }
 
+    def changed_tasks(self) -> list[str]:
+        """``TASK name: host`` for every ``changed:`` line of a playbook run: what an idempotence
+        assertion prints instead of the output's tail, which rarely shows the task that changed."""
+        out, task = [], ""
+        for line in self.stdout.splitlines():
+            if line.startswith(("TASK [", "RUNNING HANDLER [")):
+                task = line.split("[", 1)[1].rsplit("]", 1)[0]
+            elif line.startswith("changed: ["):
+                out.append(f"{task}: {line[len('changed: ['):].split(']', 1)[0]}")
+        return out
+
 
 def ansible_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
