@@ -227,9 +227,9 @@ def server_command(
     d = shlex.quote(_run_dir(token or new_token()))
     argv = shlex.join(_server_argv(test, device, tcp_port, opts, extra))
     return (
-        f"umask 077; d={d}; mkdir \"$d\" || exit 4; "
-        f"{argv} & p=$!; echo \"$p\" > \"$d/server.pid\"; wait $p; rc=$?; "
-        f"rm -f \"$d/server.pid\"; rmdir \"$d\"; exit $rc"
+        f'umask 077; d={d}; mkdir "$d" || exit 4; '
+        f'{argv} & p=$!; echo "$p" > "$d/server.pid"; wait $p; rc=$?; '
+        f'rm -f "$d/server.pid"; rmdir "$d"; exit $rc'
     )
 
 
@@ -250,12 +250,16 @@ def stop_server_command(
     d = shlex.quote(_run_dir(token))
     want = shlex.quote("".join(f"{a} " for a in _server_argv(test, device, tcp_port, opts, extra)))
     return (
-        f"d={d}; f=\"$d/server.pid\"; "
+        f'd={d}; f="$d/server.pid"; '
         'if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -f "$f" ] && [ ! -L "$f" ]; then '
         'p=$(head -c 32 "$f"); case "$p" in ""|*[!0-9]*) exit 0;; esac; '
         f'if [ "$p" -gt 1 ] && [ -O "/proc/$p" ] && [ "$(tr "\\000" " " < "/proc/$p/cmdline")" = {want} ]; '
         'then kill "$p" 2>/dev/null; fi; fi; true'
     )
+
+
+def _client_dir(token: str) -> str:
+    return _run_dir(token).replace("fabricops-verify.", "fabricops-verify-client.", 1)
 
 
 def client_command(
@@ -265,17 +269,43 @@ def client_command(
     server: str,
     opts: Mapping[str, Any],
     extra: Sequence[str] = (),
+    token: str | None = None,
 ) -> str:
-    """Client side: retries while the server is not listening yet (perftest fails at once then)."""
+    """Client side: retries while the server is not listening yet (perftest fails at once then).
+
+    With ``token`` the retries also stop as soon as the run's own private directory holds a
+    ``stop`` file (:func:`stop_client_command`): the engine writes it when the server has already
+    exited with an error (a port that is down fails the server at once), so a dead server costs one
+    round trip instead of ``connect_retries`` attempts. The client's output and status stay those of
+    its last attempt."""
     argv = shlex.join(
         ["timeout", str(int(opts["timeout_s"])), *_args(test, device, tcp_port, opts, extra), server]
     )
     retries = int(opts["connect_retries"])
+    if token is None:
+        return (
+            f"n=0; while :; do out=$({argv} 2>&1); rc=$?; "
+            f'case "$out" in *"Couldn\'t connect"*) n=$((n+1)); [ $n -ge {retries} ] && break; sleep 0.25;; '
+            f"*) break;; esac; done; printf '%s\\n' \"$out\"; exit $rc"
+        )
+    d = shlex.quote(_client_dir(token))
     return (
+        f'd={d}; (umask 077; mkdir "$d") 2>/dev/null || d=; '
         f"n=0; while :; do out=$({argv} 2>&1); rc=$?; "
-        f'case "$out" in *"Couldn\'t connect"*) n=$((n+1)); [ $n -ge {retries} ] && break; sleep 0.25;; '
-        f"*) break;; esac; done; printf '%s\\n' \"$out\"; exit $rc"
+        f'case "$out" in *"Couldn\'t connect"*) n=$((n+1)); [ $n -ge {retries} ] && break; '
+        '[ -n "$d" ] && [ -e "$d/stop" ] && break; sleep 0.25;; '
+        f"*) break;; esac; done; "
+        '[ -n "$d" ] && { rm -f "$d/stop"; rmdir "$d"; }; '
+        f"printf '%s\\n' \"$out\"; exit $rc"
     )
+
+
+def stop_client_command(token: str) -> str:
+    """Tell the client :func:`client_command` started with ``token`` to stop retrying: a ``stop``
+    file in its private directory, written only when that directory is a real directory owned by
+    the caller (so nobody else's directory, and no symlink, is written through)."""
+    d = shlex.quote(_client_dir(token))
+    return f'd={d}; if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; then : > "$d/stop"; fi; true'
 
 
 # --- evaluation ----------------------------------------------------------------------------
@@ -532,7 +562,14 @@ def run_test(
         server_res: dict[str, Any] = {}
         token = new_token()
 
-        def serve(name: str = name, box: dict[str, Any] = server_res, token: str = token) -> None:
+        client_done = threading.Event()
+
+        def serve(
+            name: str = name,
+            box: dict[str, Any] = server_res,
+            token: str = token,
+            done: threading.Event = client_done,
+        ) -> None:
             box.update(
                 run(
                     test.host_b,
@@ -540,6 +577,8 @@ def run_test(
                     opts["timeout_s"] + 10,
                 )
             )
+            if box.get("rc") != 0 and not done.is_set():  # a dead server: the client stops retrying
+                run(test.host_a, stop_client_command(token), 30)
 
         before = negative.snapshot(run, watched) if name.endswith("_bw") else None
         t0 = time.monotonic()
@@ -549,10 +588,11 @@ def run_test(
         client = dict(
             run(
                 test.host_a,
-                client_command(name, test.dev_a, tcp, server_addr, opts, x_a),
+                client_command(name, test.dev_a, tcp, server_addr, opts, x_a, token=token),
                 opts["timeout_s"] + 30,
             )
         )
+        client_done.set()
         if client.get("rc") != 0:
             run(test.host_b, stop_server_command(name, test.dev_b, tcp, opts, x_b, token=token), 30)
         th.join(opts["timeout_s"] + 15)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import xml.etree.ElementTree as ET
 
 from captures import read_fixture
@@ -12,6 +13,7 @@ from fake_counters import PortCounters
 from fabricops.model.profiles import load_profile
 from fabricops.verify import pairs, report
 from fabricops.verify.engine import Options, VerifyRun, baseline_from_report, verify
+from fabricops.verify.expect import PERFTEST_DEFAULTS
 from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
 
 PROFILE = load_profile("hgx-h100-ndr")
@@ -242,3 +244,37 @@ def test_baseline_from_report():
     assert baseline_from_report(data) == {
         "gpu03": {"mlx5_0/1": {"SymbolErrorCounter": 1000, "LinkDownedCounter": 16}}
     }
+
+
+def test_a_server_that_failed_stops_its_client():
+    """A port that is down fails the perftest server at once: the engine tells that test's client
+    to stop retrying (on the client's host, with the test's own token) instead of letting it
+    spend ``connect_retries`` attempts on a server that is gone. A server that ran stops nobody."""
+    calls, stopped = [], threading.Event()
+
+    def run(host, cmd, timeout=60):
+        calls.append((host, cmd))
+        if "wait $p" in cmd:  # the server on gpu02: its port is down
+            return {"rc": 1, "stdout": "", "stderr": " Port number 1 state is Down\n"}
+        if "fabricops-verify-client." in cmd and ": >" in cmd:
+            stopped.set()
+            return _ok("")
+        stopped.wait(5)  # the client retries until it is told to stop
+        return {"rc": 1, "stdout": " Couldn't connect to addr-gpu02:18515\n", "stderr": ""}
+
+    test = pairs.RailTest(0, "gpu01", "mlx5_0/1", "gpu02", "mlx5_0/1")
+    opts = dict(PERFTEST_DEFAULTS, server_start_s=0)
+    profile = load_profile("hgx-h100-ndr")
+    pairs.run_test(run, test, {"gpu02": "addr-gpu02"}, profile, 400.0, opts, ("ib_write_lat",))
+    clients = [c for h, c in calls if h == "gpu01" and "ib_write_lat" in c]
+    token = re.search(r"fabricops-verify-client\.([0-9a-f]+)", clients[0])[1]
+    assert [(h, c) for h, c in calls if ": >" in c] == [("gpu01", pairs.stop_client_command(token))]
+
+    ok_calls = []
+
+    def healthy(host, cmd, timeout=60):
+        ok_calls.append(cmd)
+        return _ok(LAT)
+
+    pairs.run_test(healthy, test, {"gpu02": "addr-gpu02"}, profile, 400.0, opts, ("ib_write_lat",))
+    assert not [c for c in ok_calls if "fabricops-verify-client." in c and ": >" in c]

@@ -114,3 +114,59 @@ def test_tokens_are_unguessable_and_checked():
         with pytest.raises(ValueError):
             pairs.stop_server_command("ib_write_bw", "mlx5_0/1", 18515, OPTS, token=bad)
     assert "/tmp/fabricops-verify-" not in pairs.server_command("ib_write_bw", "mlx5_0/1", 1, OPTS)
+
+
+# --- the client stops retrying when the server is already dead (a port that is down) -------------
+
+
+@pytest.fixture
+def refused(tmp_path, monkeypatch):
+    """A client ``ib_write_bw`` that counts its attempts and always fails to connect, as perftest
+    does when no server listens."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "ib_write_bw"
+    fake.write_text(
+        f'#!/bin/sh\necho x >> {tmp_path}/attempts\necho " Couldn\'t connect to 10.0.0.3:18515"\nexit 1\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(pairs, "RUN_DIR_PARENT", str(tmp_path))
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    return tmp_path, env
+
+
+def test_a_stop_file_ends_the_client_retries_with_its_last_output(refused):
+    tmp, env = refused
+    token = pairs.new_token()
+    opts = dict(OPTS, connect_retries=10_000)  # ~40 minutes of retries if nothing stops them
+    cmd = pairs.client_command("ib_write_bw", "mlx5_0/1", 18515, "10.0.0.3", opts, token=token)
+    client = subprocess.Popen(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_for(tmp / "attempts")
+        client_dir = tmp / f"fabricops-verify-client.{token}"
+        assert stat.S_IMODE(client_dir.stat().st_mode) == 0o700
+        subprocess.run(["sh", "-c", pairs.stop_client_command(token)], check=True, timeout=20)
+        out, _ = client.communicate(timeout=10)
+    finally:
+        client.kill()
+    assert client.returncode == 1 and "Couldn't connect" in out  # the diagnosis sees the same output
+    assert len((tmp / "attempts").read_text().split()) < 100
+    assert not client_dir.exists()  # the client cleans up after itself
+
+
+def test_a_planted_client_directory_is_not_written_through(refused):
+    """Someone else's directory (or a symlink) under the client's name: the stop writes nothing
+    there, and the client still ends by its retry count."""
+    tmp, env = refused
+    token = pairs.new_token()
+    target = tmp / "elsewhere"
+    target.mkdir()
+    (tmp / f"fabricops-verify-client.{token}").symlink_to(target)
+    subprocess.run(["sh", "-c", pairs.stop_client_command(token)], check=True, timeout=20)
+    assert not (target / "stop").exists()
+    cmd = pairs.client_command(
+        "ib_write_bw", "mlx5_0/1", 18515, "10.0.0.3", dict(OPTS, connect_retries=3), token=token
+    )
+    out = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and len((tmp / "attempts").read_text().split()) == 3
+    assert not (target / "stop").exists()
