@@ -38,8 +38,10 @@ times_dir=$(mktemp -d "${TMPDIR:-/tmp}/fabricops-test-times.XXXXXX")
 phase_log=$times_dir/phases.tsv
 : >"$phase_log"
 lab_pid=
+cpu_pid=
 finish() {
   rc=$?
+  if [[ -n $cpu_pid ]]; then kill "$cpu_pid" 2>/dev/null || true; fi
   if [[ -n $lab_pid ]] && kill -0 "$lab_pid" 2>/dev/null; then
     # a failed foreground step ends the run: stop the background integration tests (their own
     # process group, setsid) and show what they had printed
@@ -49,7 +51,7 @@ finish() {
     cat "$lab_log" 2>/dev/null || true
   fi
   if [[ -x .venv/bin/python ]]; then
-    .venv/bin/python tests/ci_times.py "$phase_log" "$times_dir"/*.xml || true
+    .venv/bin/python tests/ci_times.py "$phase_log" --cpu "$times_dir/cpu.log" "$times_dir"/*.xml || true
   fi
   rm -rf "$times_dir"
   exit "$rc"
@@ -68,6 +70,11 @@ phase() {
     >>"$phase_log"
   return "$rc"
 }
+
+# The machine's CPU counters every 5 s (the first line of /proc/stat), so the table can say how busy
+# the CPU was during each phase: a phase that waits leaves it idle, one that computes does not.
+(while :; do echo "$(date +%s.%N) $(head -n 1 /proc/stat)"; sleep 5; done >"$times_dir/cpu.log" 2>/dev/null) &
+cpu_pid=$!
 
 phase "setup" bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
@@ -120,6 +127,7 @@ if ((!quick)); then
       fi
     done
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    : >"$times_dir/streams.done"
     for stream in $(python tests/integration/streams.py --names); do
       echo "== integration stream $stream"
       cat "$times_dir/stream-$stream.log"
@@ -140,6 +148,18 @@ phase "lint: yamllint" yamllint -s .
 phase "lint: ansible-lint" ansible-lint --offline -q
 phase "ansible-test sanity" bash scripts/sanity.sh
 phase "conformance venv" bash scripts/conformance-venv.sh
+
+# The unit and conformance tests start once the parallel integration streams are done: the streams
+# keep both cores busy, while the whole-rack files after them leave about half the CPU idle (they
+# wait on Ansible's round trips one file at a time), and the unit tests fit in that half.
+wait_for_streams() {
+  while [[ -n $lab_pid ]] && kill -0 "$lab_pid" 2>/dev/null && [[ ! -e $times_dir/streams.done ]]; do
+    sleep 2
+  done
+}
+if ((!quick)) && ((${lab_up_here:-0})); then
+  phase "waiting for the integration streams" wait_for_streams
+fi
 
 # Unit and conformance tests: no lab, under xdist. worksteal hands a finished worker the queued
 # tests of a busy one, so the long SSH cases at the end do not leave a worker idle.

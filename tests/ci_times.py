@@ -7,9 +7,13 @@ the epoch, exit status; tab-separated) and pytest's JUnit XML files, and prints
   each other say so: their start offsets overlap);
 - each integration file's seconds (the sum of its tests' setup, call and teardown; they run one
   after another, so this is wall-clock time);
-- the 15 slowest tests of the whole run (setup + call + teardown, as JUnit records them).
+- the 15 slowest tests of the whole run (setup + call + teardown, as JUnit records them);
+- with ``--cpu CPU_LOG`` (lines ``EPOCH cpu USER NICE SYSTEM IDLE IOWAIT ...``: the first line of
+  /proc/stat, sampled every few seconds), how busy the machine's CPU was during each phase: busy
+  time over all time between the samples around the phase, idle and iowait counted as not busy.
 
-Usage: python tests/ci_times.py PHASE_LOG [JUNIT_XML ...]. It only reads; the output goes to the run's log.
+Usage: python tests/ci_times.py PHASE_LOG [--cpu CPU_LOG] [JUNIT_XML ...]. It only reads; the output
+goes to the run's log.
 """
 
 from __future__ import annotations
@@ -34,6 +38,42 @@ def phases(log: Path) -> list[tuple[str, float, float, str]]:
         except ValueError:
             continue
     return sorted(rows, key=lambda r: r[1])
+
+
+def cpu_samples(log: Path) -> list[tuple[float, int, int]]:
+    """(epoch, busy jiffies, total jiffies) per sample, in time order; unreadable lines skipped."""
+    out = []
+    try:
+        lines = log.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "cpu":
+            continue
+        try:
+            t = float(parts[0])
+            ticks = [int(x) for x in parts[2:]]
+        except ValueError:
+            continue
+        total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+        out.append((t, total - idle, total))
+    return sorted(out)
+
+
+def busy_percent(samples: list[tuple[float, int, int]], start: float, end: float) -> float | None:
+    """CPU busy % between the last sample at or before ``start`` and the first at or after ``end``
+    (the nearest ones where the log does not reach that far); None without two distinct samples."""
+    if len(samples) < 2:
+        return None
+    before = [s for s in samples if s[0] <= start]
+    after = [s for s in samples if s[0] >= end]
+    a = before[-1] if before else samples[0]
+    b = after[0] if after else samples[-1]
+    if b[2] <= a[2]:
+        return None
+    return 100.0 * (b[1] - a[1]) / (b[2] - a[2])
 
 
 def testcases(paths: list[Path]) -> list[tuple[str, str, float]]:
@@ -62,19 +102,29 @@ def testcases(paths: list[Path]) -> list[tuple[str, str, float]]:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: ci_times.py PHASE_LOG [JUNIT_XML ...]", file=sys.stderr)
+        print("usage: ci_times.py PHASE_LOG [--cpu CPU_LOG] [JUNIT_XML ...]", file=sys.stderr)
         return 2
     log = Path(argv[0])
+    rest = argv[1:]
+    samples: list[tuple[float, int, int]] = []
+    if rest[:1] == ["--cpu"]:
+        samples = cpu_samples(Path(rest[1])) if len(rest) > 1 else []
+        rest = rest[2:]
     rows = phases(log) if log.exists() else []
-    cases = testcases([Path(p) for p in argv[1:]])
+    cases = testcases([Path(p) for p in rest])
     print("\n== where the time went (wall-clock seconds; offsets from the start of the run)")
     if rows:
         t0 = min(r[1] for r in rows)
         t_end = max(r[2] for r in rows)
-        print(f"{'phase':<44} {'start':>7} {'seconds':>8}  status")
+        print(f"{'phase':<44} {'start':>7} {'seconds':>8} {'cpu busy':>8}  status")
+
+        def cpu(start: float, end: float) -> str:
+            pct = busy_percent(samples, start, end)
+            return f"{pct:>7.0f}%" if pct is not None else f"{'-':>8}"
+
         for name, start, end, status in rows:
-            print(f"{name:<44} {start - t0:>7.0f} {end - start:>8.1f}  {status}")
-        print(f"{'whole run':<44} {0:>7.0f} {t_end - t0:>8.1f}")
+            print(f"{name:<44} {start - t0:>7.0f} {end - start:>8.1f} {cpu(start, end)}  {status}")
+        print(f"{'whole run':<44} {0:>7.0f} {t_end - t0:>8.1f} {cpu(t0, t_end)}")
     else:
         print("(no phase was recorded)")
     per_file: dict[str, float] = defaultdict(float)
