@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import shutil
 import socket
 import time
@@ -91,6 +92,44 @@ def up(
     return create(topo, inv_dir)
 
 
+def fact_cache_dir() -> Path | None:
+    """The file-based fact cache Ansible would use from here (ansible.cfg as Ansible finds it:
+    ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg; a relative path is relative to the working
+    directory, as Ansible reads it); None for a memory cache or when Ansible cannot say."""
+    try:
+        from ansible.config.manager import ConfigManager
+
+        manager = ConfigManager()
+        plugin = str(manager.get_config_value("CACHE_PLUGIN") or "")
+        connection = manager.get_config_value("CACHE_PLUGIN_CONNECTION")
+    except Exception as exc:  # Ansible's own config errors: the lab still comes up
+        log.debug("no fact cache to clear: %s", exc)
+        return None
+    if plugin.rsplit(".", 1)[-1] not in ("jsonfile", "yaml", "pickle") or not connection:
+        return None
+    return Path(os.path.expandvars(os.path.expanduser(str(connection)))).absolute()
+
+
+def forget_cached_facts(names: list[str]) -> list[Path]:
+    """Remove the cached facts of the lab's hosts and switches: a rack booted fresh under the same
+    names is not the rack they were gathered from, and with ``gathering = smart`` Ansible would take
+    them for the new one for the cache's lifetime (a second converge then found what the first had
+    skipped). Only files named for those names (``<host>`` or ``..._<host>``), only in the cache."""
+    cache = fact_cache_dir()
+    if cache is None or not cache.is_dir():
+        return []
+    wanted = set(names)
+    gone = []
+    for f in cache.iterdir():
+        if f.is_file() and not f.is_symlink() and (f.name in wanted or f.name.rpartition("_")[2] in wanted):
+            with contextlib.suppress(OSError):
+                f.unlink()
+                gone.append(f)
+    if gone:
+        log.info("forgot %d cached fact file(s) of the lab's hosts in %s", len(gone), cache)
+    return gone
+
+
 def create(topo: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -117,6 +156,7 @@ def create(topo: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
         )
         raise
     write_inventory(lab, inv_dir)
+    forget_cached_facts([h["name"] for h in topo["hosts"]] + [sw["name"] for sw in topo.get("switches", [])])
     timings["total_s"] = round(time.monotonic() - t0, 2)
     lab["timings"] = timings
     paths.save_lab(lab)
