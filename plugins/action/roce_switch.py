@@ -139,20 +139,33 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"{switch}: {exc}")
             return result
 
+        resolved = []
+
         def access():
             # one access function for the role, verify and diagnose (fabricops.switch.access): the
-            # task's variables as Ansible holds them (Vault, inline vault, !unsafe) and this templar
-            return switch_access.switch_connection(
-                task_vars,
-                switch=switch,
-                os_name=os_name,
-                known_hosts=args["known_hosts"],
-                timeout=float(args["timeout"]),
-                render=self._templar.template,
-            )
+            # task's variables as Ansible holds them (Vault, inline vault, !unsafe) and this templar;
+            # resolved once per task, so the lock's key and the connection name the same device
+            if not resolved:
+                resolved.append(
+                    switch_access.switch_connection(
+                        task_vars,
+                        switch=switch,
+                        os_name=os_name,
+                        known_hosts=args["known_hosts"],
+                        timeout=float(args["timeout"]),
+                        render=self._templar.template,
+                    )
+                )
+            return resolved[0]
 
         def connector():
             return transport.connect(access())
+
+        def device():
+            # the lock's key: the address and port this task connects to, not the inventory name,
+            # so two inventory aliases of one switch take one lock
+            a = access()
+            return a.host, a.port
 
         if args["check_access"]:
             try:
@@ -191,6 +204,7 @@ class ActionModule(ActionBase):
                 discard_pending=bool(args["discard_pending"]),
                 running_config=args["running_config"],
                 connector=connector,
+                device=device,
             )
         except FabricopsError as exc:
             result.update(failed=True, changed=False, msg=str(exc))

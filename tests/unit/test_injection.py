@@ -27,6 +27,8 @@ import yaml
 from ansible.plugins.filter.core import quote
 
 from fabricops import ipoib, nccl, validate
+from fabricops.verify.expect import NcclSettings, NcclSettingsError, nccl_settings
+from fabricops.verify.nccl_phase import build_command
 
 ROOT = Path(__file__).resolve().parents[2]
 # roce_switch is another helper's (its own validation lands with it)
@@ -287,6 +289,25 @@ def test_nccl_renderer_refuses_lines_in_names_and_values(vector):
     assert "one line of printable ASCII" in err
     (err,) = nccl.nccl_errors("socket", {}, socket_ifname="=eth0" + v)
     assert "is not an NCCL interface list" in err
+
+
+@pytest.mark.parametrize("vector", list(VECTORS))
+def test_nccl_launcher_refuses_host_names_tests_dir_and_hcas(vector):
+    """``fabricops verify``'s NCCL launcher line (fabricops.verify.nccl_phase.build_command, run as root
+    on the first GPU host): host names, the tests dir and a re-run's HCA pass the inventory's own
+    patterns (validate.hostname, .path, .hca) before any line is built; the template's own escapes
+    (quoted placeholders, sh -c) are tests/unit/verify/test_nccl_phase.py's table."""
+    v = VECTORS[vector]
+    ok = nccl_settings({})
+    assert build_command(ok, ["gpu01", "gpu02"], 8, "all_reduce", hca="mlx5_0").startswith("mpirun ")
+    with pytest.raises(NcclSettingsError, match=r"^host name: "):
+        build_command(ok, ["gpu01" + v, "gpu02"], 8, "all_reduce")
+    with pytest.raises(NcclSettingsError, match=r"^fabricops_verify_nccl_tests_dir"):
+        nccl_settings({"fabricops_verify_nccl_tests_dir": "/opt/nccl-tests" + v})
+    with pytest.raises(NcclSettingsError, match=r"^fabricops_verify_nccl_tests_dir"):
+        build_command(NcclSettings(tests_dir="/opt/nccl-tests" + v), ["gpu01"], 8, "all_reduce")
+    with pytest.raises(NcclSettingsError, match=r"^HCA: "):
+        build_command(ok, ["gpu01", "gpu02"], 8, "all_reduce", hca="mlx5_0" + v)
 
 
 def _render(role: str, name: str, **ctx) -> str:

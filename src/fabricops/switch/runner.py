@@ -17,7 +17,7 @@ from fabricops.roce.platforms import switch_platform
 from . import transport
 from .change import ChangeFailed
 from .knobs import Facts
-from .lock import switch_lock
+from .lock import device_key, switch_lock
 from .model import (
     SwitchError,
     normalize_confirm_timeout,
@@ -63,6 +63,7 @@ def run(
     discard_pending: bool = False,
     running_config: str | None = None,
     connector: Callable[[], Any] | None = None,
+    device: tuple[str, int] | Callable[[], tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     """One switch, one state. Raises :class:`FabricopsError` (one sentence naming switch and step).
 
@@ -70,6 +71,10 @@ def run(
     controller-side lock from before the first connection to the end, so a second run on the same
     switch stops before it sends anything and names the first; a failed change raises
     :class:`fabricops.switch.change.ChangeFailed`, whose ``outcome`` says what the switch holds.
+
+    ``device``: the (address, port) the connection reaches (or a function returning it, resolved
+    only when a change takes the lock): the lock's key, so every inventory name of one switch shares
+    one lock; None: the lock is keyed by ``switch``.
     """
     if state not in STATES:
         raise SwitchError(f"{switch}: state {state!r} is not one of {', '.join(STATES)}.")
@@ -116,7 +121,9 @@ def run(
     if connector is None:
         raise SwitchError(f"{switch}: no connection details to reach the switch.")
     if state in {"merged", "replaced", "overridden", "deleted"} and not check_mode:
-        with switch_lock(switch, f"roce_switch state={state}"):
+        where = device() if callable(device) else device
+        key = device_key(*where) if where else None
+        with switch_lock(switch, f"roce_switch state={state}", key):
             return _session(switch, os_name, state, want, port_list, check_mode, save, confirm_timeout,
                             discard_pending, connector)
     return _session(switch, os_name, state, want, port_list, check_mode, save, confirm_timeout,

@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricops.errors import FabricopsError, ParseError
+from fabricops.errors import BadInput, FabricopsError, ParseError
 from fabricops.model import rates
 from fabricops.parsers import parse
-from fabricops.verify import cabling, hostchecks, pairs
-from fabricops.verify.expect import HostExpect, PortExpect, _natural, host_expect
+from fabricops.verify import cabling, counters, hostchecks, pairs
+from fabricops.verify.expect import HostExpect, NcclSettings, PortExpect, _natural, host_expect
 from fabricops.verify.result import ERROR, CheckResult, passed
 from fabricops.verify.switchstate import ReadFn
 
@@ -67,13 +67,28 @@ def collect(run: pairs.RunFn, expect: HostExpect, only: str | None, timeout: flo
 
 
 def baseline_from_report(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
-    """Error counters of a previous JSON report (``--json``) as a baseline."""
+    """Error counters of a previous JSON report (``--json``) as a baseline.
+
+    Every value must be a counter reading (:func:`fabricops.verify.counters.baseline_value_problem`:
+    a non-negative integer of at most 64 bits); anything else raises :class:`BadInput` naming the
+    host, device and counter, before any host is contacted (``null``: the counter was not reported
+    then, and is left out)."""
     out: dict[str, dict[str, dict[str, int]]] = {}
     for r in data.get("results") or []:
         absolute = (r.get("details") or {}).get("absolute")
         if r.get("check") == "error_counters" and r.get("device") and isinstance(absolute, dict):
+            where = f"{_one_line(r.get('host'))} {_one_line(r['device'])}"
+            for name, value in absolute.items():
+                why = None if value is None else counters.baseline_value_problem(value)
+                if why:
+                    raise BadInput(f"{where} {_one_line(name)}: {why}")
             out.setdefault(r["host"], {})[r["device"]] = {k: v for k, v in absolute.items() if v is not None}
     return out
+
+
+def _one_line(value: Any) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def verify(
@@ -104,6 +119,9 @@ def verify(
             vr.results.append(CheckResult("hosts", "expectation", h, None, ERROR, f"{h}: {exc}"))
     if expects and vr.profile is None:
         vr.profile = next(iter(expects.values())).profile.name
+    # the NCCL phase's launcher line is checked before any host is run: a refused value (a host name,
+    # a setting, a quoted placeholder) raises NcclSettingsError, "invalid input" (exit 5)
+    nccl = _nccl_settings(expects, hostvars) if expects and _nccl_wanted(opts, hosts, hostvars) else None
     if not hosts:
         vr.results.append(CheckResult("hosts", "inventory", "-", None, ERROR, "no hosts to verify"))
 
@@ -138,8 +156,10 @@ def verify(
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
-    if expects and _nccl_wanted(opts, hosts, hostvars):
-        vr.results.extend(_nccl_phase(run, expects, raws, hostvars, say))
+    if nccl is not None:
+        from fabricops.verify import nccl_phase
+
+        vr.results.extend(nccl_phase.phase(run, expects, raws, nccl, say))
     vr.wall_s = time.monotonic() - t0
     return vr
 
@@ -153,16 +173,15 @@ def _nccl_wanted(opts: Options, hosts: Sequence[str], hostvars: Mapping[str, Map
     return opts.only is None and (opts.nccl or nccl_wanted(next((hostvars.get(h) or {} for h in hosts), {})))
 
 
-def _nccl_phase(run, expects, raws, hostvars, say) -> list[CheckResult]:
-    """The multi-node NCCL phase (fabricops.verify.nccl_phase), settings from the first host."""
+def _nccl_settings(expects, hostvars) -> NcclSettings:
+    """The multi-node NCCL phase's settings (from the first host), with every value that reaches its
+    launcher line checked (fabricops.verify.nccl_phase.preflight); raises NcclSettingsError."""
     from fabricops.verify import nccl_phase
-    from fabricops.verify.expect import NcclSettingsError, nccl_settings
+    from fabricops.verify.expect import nccl_settings
 
-    try:
-        settings = nccl_settings(hostvars.get(next(iter(expects))) or {})
-    except NcclSettingsError as exc:
-        settings = exc
-    return nccl_phase.phase(run, expects, raws, settings, say)
+    settings = nccl_settings(hostvars.get(next(iter(expects))) or {})
+    nccl_phase.preflight(settings, expects)
+    return settings
 
 
 def _ibstat_rates(raw: Mapping[str, Any]) -> dict[str, float]:

@@ -6,10 +6,13 @@ variables"). Nothing here talks to a host.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricops import validate
+from fabricops.errors import BadInput
 from fabricops.model.profiles import Profile, load_profile
 from fabricops.roce.desired import effective_definition
 
@@ -293,7 +296,9 @@ NCCL_LAUNCHER_DEFAULT = (
     "mpirun --allow-run-as-root -np {np} -H {hostslots} --bind-to none {mpi_env} "
     "{binary} -b 8 -e {max_bytes} -f 2 -g 1"
 )
-#: Placeholders a launcher template may use; every value is shell-quoted before it is put in.
+#: Placeholders a launcher template may use; every value is checked against the inventory's own
+#: patterns (fabricops.validate) and shell-quoted before it is put in, so a placeholder must stand
+#: bare in the template: never inside quotes, never in a ``sh -c`` string (:func:`launcher_error`).
 NCCL_PLACEHOLDERS = {
     "np": "total ranks (planned GPUs per host x hosts)",
     "hostslots": "host:slots list, e.g. gpu01:8,gpu02:8",
@@ -308,6 +313,8 @@ NCCL_PLACEHOLDERS = {
 }
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 NCCL_MAX_BYTES_DEFAULT = "1G"
+#: ``fabricops_verify_nccl_max_bytes``: nccl-tests' -e size (the range 8..64G is checked apart)
+NCCL_MAX_BYTES_RE = re.compile(r"[1-9]\d*[KMG]?")
 NCCL_TIMEOUT_DEFAULT_S = 180
 
 
@@ -324,13 +331,12 @@ class NcclSettings:
         return _bytes(self.max_bytes)
 
 
-class NcclSettingsError(ValueError):
-    """A fabricops_verify_nccl_* value that cannot be used; the message is one sentence."""
+class NcclSettingsError(BadInput, ValueError):
+    """A fabricops_verify_nccl_* value (or a host name) that cannot reach the launcher line; the
+    message is one sentence. The verify CLI exits with "invalid input" (5) before any host is run."""
 
 
 def _bytes(text: str) -> int:
-    import re
-
     m = re.fullmatch(r"(\d+)([KMG]?)", text)
     if not m:
         raise NcclSettingsError(text)
@@ -344,7 +350,6 @@ def nccl_wanted(hostvars: Mapping[str, Any]) -> bool:
 
 def nccl_settings(hostvars: Mapping[str, Any]) -> NcclSettings:
     """The NCCL phase's settings from the inventory; :class:`NcclSettingsError` names the bad one."""
-    import re
     import string
 
     launcher = hostvars.get("fabricops_verify_nccl_launcher") or NCCL_LAUNCHER_DEFAULT
@@ -376,9 +381,14 @@ def nccl_settings(hostvars: Mapping[str, Any]) -> NcclSettings:
             "fabricops_verify_nccl_launcher must pass NCCL_DEBUG=INFO and NCCL_ALGO to the ranks: "
             "put {mpi_env} (mpirun -x flags) or {env} (NAME=VALUE words) in it."
         )
+    why = launcher_error(launcher)
+    if why:
+        raise NcclSettingsError(why)
     tests_dir = hostvars.get("fabricops_verify_nccl_tests_dir") or ""
-    if not isinstance(tests_dir, str) or "\n" in tests_dir:
-        raise NcclSettingsError("fabricops_verify_nccl_tests_dir must be a directory path (a string).")
+    try:
+        validate.optional_path("fabricops_verify_nccl_tests_dir", tests_dir)
+    except validate.UnsafeValue as exc:
+        raise NcclSettingsError(f"{exc}.") from None
     raw = hostvars.get("fabricops_verify_nccl_collectives") or ["all_reduce"]
     items = [s.strip() for s in raw.split(",")] if isinstance(raw, str) else list(raw)
     collectives: list[str] = []
@@ -394,7 +404,7 @@ def nccl_settings(hostvars: Mapping[str, Any]) -> NcclSettings:
     if not collectives:
         raise NcclSettingsError("fabricops_verify_nccl_collectives is empty; name at least all_reduce.")
     max_bytes = str(hostvars.get("fabricops_verify_nccl_max_bytes") or NCCL_MAX_BYTES_DEFAULT).strip().upper()
-    if not re.fullmatch(r"[1-9]\d*[KMG]?", max_bytes) or not 8 <= _bytes(max_bytes) <= 64 << 30:
+    if not NCCL_MAX_BYTES_RE.fullmatch(max_bytes) or not 8 <= _bytes(max_bytes) <= 64 << 30:
         raise NcclSettingsError(
             f"fabricops_verify_nccl_max_bytes {max_bytes!r} is not a size from 8 to 64G such as 1G or 8G."
         )
@@ -408,3 +418,77 @@ def nccl_settings(hostvars: Mapping[str, Any]) -> NcclSettings:
             f"fabricops_verify_nccl_timeout_s {timeout!r} is not a whole number of seconds from 10 to 7200."
         )
     return NcclSettings(launcher, tests_dir, tuple(collectives), max_bytes, timeout_s)
+
+
+#: a short-option word that makes a shell read its next argument as a command string (``sh -c``,
+#: ``bash -lc``, ``sh -ec``): a value in that string is parsed by a second shell, past any quoting.
+_DASH_C = re.compile(r"-[a-z]{0,3}c")
+
+
+def launcher_error(template: str) -> str | None:
+    """Why ``template`` (fabricops_verify_nccl_launcher) cannot be filled safely, in one sentence;
+    None when every placeholder stands bare.
+
+    The template is tokenised as POSIX sh reads it (unquoted text, '...', "..." with its backslash
+    escapes, words split at blanks and operators). Each value is shell-quoted as one word, so a
+    placeholder inside the template's own quotes would end those quotes (``-w "{hosts}"``), and one
+    after ``-c`` lands in a string that a second shell parses again (``bash -c "... {hostslots}"``):
+    both are refused. An unterminated quote is refused too."""
+    import string
+
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError:
+        return None  # reported by nccl_settings with its own sentence
+    state = ""  # "", "'" or '"'
+    word = ""
+    after_c = False
+    pending_escape = False
+    for literal, name, _spec, _conv in fields:
+        for ch in literal:
+            if pending_escape:
+                pending_escape = False
+                word += ch
+                continue
+            if state == "'":
+                if ch == "'":
+                    state = ""
+                else:
+                    word += ch
+            elif state == '"':
+                if ch == '"':
+                    state = ""
+                elif ch == "\\":
+                    pending_escape = True
+                else:
+                    word += ch
+            elif ch == "\\":
+                pending_escape = True
+            elif ch in "'\"":
+                state = ch
+            elif ch in " \t\n;&|()<>":
+                if _DASH_C.fullmatch(word):
+                    after_c = True
+                word = ""
+            else:
+                word += ch
+        if name is None:
+            continue
+        if after_c:
+            return (
+                f"fabricops_verify_nccl_launcher puts {{{name}}} after -c, in a command string that a second "
+                f"shell parses again past verify's quoting; run the launcher directly with {{{name}}} as a "
+                "bare word of its own, not through sh -c (for srun's -c N write --cpus-per-task=N)."
+            )
+        if state:
+            kind = "single" if state == "'" else "double"
+            return (
+                f"fabricops_verify_nccl_launcher puts {{{name}}} inside {kind} quotes, which the value's own "
+                f"shell quoting would break; write {{{name}}} bare instead of {state}{{{name}}}{state} "
+                "(every value is quoted for you)."
+            )
+        word += "x"  # a placeholder is part of the word it stands in
+    if state:
+        kind = "single" if state == "'" else "double"
+        return f"fabricops_verify_nccl_launcher has an unterminated {kind} quote ({state}); close it."
+    return None

@@ -24,11 +24,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricops import validate
 from fabricops.errors import FabricopsError, ParseError
 from fabricops.model import busbw as model
 from fabricops.model import rates
 from fabricops.parsers import parse
-from fabricops.verify.expect import HostExpect, NcclSettings, _natural
+from fabricops.verify.expect import (
+    NCCL_COLLECTIVES,
+    NCCL_MAX_BYTES_RE,
+    HostExpect,
+    NcclSettings,
+    NcclSettingsError,
+    _natural,
+    launcher_error,
+)
 from fabricops.verify.result import ERROR, FAIL, PASS, CheckResult
 
 CATEGORY = "nccl"
@@ -130,11 +139,69 @@ def nccl_env(n_hosts: int, hca: str | None = None) -> dict[str, str]:
     return env
 
 
+def _checked(validator, what: str, value: Any) -> None:
+    try:
+        validator(what, value)
+    except validate.UnsafeValue as exc:
+        raise NcclSettingsError(
+            f"{exc}; it would reach the NCCL launcher line, so nothing was run."
+        ) from None
+
+
+def check_launch(
+    settings: NcclSettings,
+    hosts: Sequence[str],
+    slots: int,
+    collective: str | None = None,
+    hcas: Sequence[str] = (),
+) -> None:
+    """Every value that reaches the launcher line, against the inventory's own patterns
+    (:mod:`fabricops.validate`: host names, paths, HCA names, NCCL names and words, counts), and the
+    template against :func:`fabricops.verify.expect.launcher_error`. Raises
+    :class:`NcclSettingsError` (one sentence; the verify CLI's "invalid input" status)."""
+    why = launcher_error(settings.launcher)
+    if why:
+        raise NcclSettingsError(why)
+    if not hosts:
+        raise NcclSettingsError("the NCCL launcher line needs at least one host.")
+    for h in hosts:
+        _checked(validate.hostname, "host name", h)
+    _checked(validate.optional_path, "fabricops_verify_nccl_tests_dir", settings.tests_dir)
+    for coll in [collective] if collective is not None else list(settings.collectives):
+        if coll not in NCCL_COLLECTIVES:
+            raise NcclSettingsError(
+                f"fabricops_verify_nccl_collectives: unknown collective {coll!r}; "
+                f"choose from {', '.join(NCCL_COLLECTIVES)}."
+            )
+    if not NCCL_MAX_BYTES_RE.fullmatch(str(settings.max_bytes)):
+        raise NcclSettingsError(
+            f"fabricops_verify_nccl_max_bytes {settings.max_bytes!r} is not a size such as 1G or 8G."
+        )
+    _checked(validate.integer(1, 4096), "GPUs per host (the hardware profile's gpu.count)", slots)
+    _checked(validate.integer(1, 1 << 20), "ranks", slots * len(hosts))
+    for hca in hcas:
+        _checked(validate.hca, "HCA", hca)
+
+
+def preflight(settings: NcclSettings, expects: Mapping[str, HostExpect]) -> None:
+    """Before any host is run: every host name, setting, count and planned HCA of the NCCL phase
+    can reach the launcher line (:func:`check_launch`), else :class:`NcclSettingsError`."""
+    hosts = list(expects)
+    slots = next(iter(expects.values())).profile.gpu.count if expects else 1
+    hcas = sorted({p.hca for e in expects.values() for p in e.ports if p.hca})
+    check_launch(settings, hosts, slots, hcas=hcas)
+
+
 def build_command(
     settings: NcclSettings, hosts: Sequence[str], slots: int, collective: str, hca: str | None = None
 ) -> str:
-    """The launcher line for one run; every value is shell-quoted."""
+    """The launcher line for one run: every value is checked (:func:`check_launch`), then
+    shell-quoted into a template whose placeholders all stand bare."""
+    check_launch(settings, hosts, slots, collective, [hca] if hca else ())
     env = nccl_env(len(hosts), hca)
+    for k, v in env.items():
+        _checked(validate.nccl_name, "NCCL setting name", k)
+        _checked(validate.nccl_ifname, k, v)
     q = shlex.quote
     values = {
         "np": str(slots * len(hosts)),

@@ -135,8 +135,9 @@ def rack(request, tmp_path):
 
 @pytest.fixture(autouse=True)
 def _lock_dir(tmp_path, monkeypatch):
-    """Each test's controller-side switch locks live in its own directory."""
+    """Each test's controller-side switch locks live in its own directory (0700: as root, a runtime
+    directory that is not root's own is not used, fabricops.switch.lock)."""
     runtime = tmp_path / "runtime"
-    runtime.mkdir()
+    runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     return runtime

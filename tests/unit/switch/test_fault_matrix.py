@@ -18,6 +18,7 @@ A case whose outcome and device disagree is a mismatch, and fails.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -26,10 +27,10 @@ from netmiko import ConnectHandler
 from unit.lab.test_switchd import PASSWORD, Lab
 
 from fabricops.errors import FabricopsError
-from fabricops.switch import change
+from fabricops.switch import change, lock
 from fabricops.switch.knobs import nvue_facts
-from fabricops.switch.lock import switch_lock
-from fabricops.switch.model import switch_spec, want_facts
+from fabricops.switch.lock import device_key, switch_lock
+from fabricops.switch.model import SwitchError, switch_spec, want_facts
 from fabricops.switch.resource import compute, facts_from_onyx_config
 from fabricops.switch.runner import run
 
@@ -285,6 +286,166 @@ def test_lock_refuses_a_second_change_before_it_connects(tmp_path):
         assert sessions == [] and _snapshot(lab)["config"] == before["config"]
     finally:
         lab.close()
+
+
+def test_two_aliases_of_one_switch_contend_for_one_lock():
+    """The lock is the device's (address and port), not the inventory name's: a second inventory name
+    of the same switch stops before it connects; another port of that address is another device."""
+    sessions = []
+
+    def counting():
+        sessions.append(1)
+        raise SwitchError("leaf-b: step 'connect' failed: no switch here (test).")
+
+    kw = {
+        "os_name": "cumulus",
+        "state": "overridden",
+        "roce": ROCE4,
+        "ports": PORTS["cumulus"],
+        "connector": counting,
+    }
+    with switch_lock("leaf-a", "pipeline run", device_key("10.0.0.5", 22)):
+        with pytest.raises(FabricopsError) as err:
+            run(switch="leaf-b", device=("10.0.0.5", 22), **kw)
+        assert "another change is running on this switch (pipeline run by" in str(err.value)
+        assert "held as leaf-a" in str(err.value) and "nothing was sent" in str(err.value)
+        with pytest.raises(FabricopsError) as err:
+            run(switch="leaf-b", device=lambda: ("10.0.0.5", 22), **kw)  # resolved when locking
+        assert "another change is running" in str(err.value) and sessions == []
+        with pytest.raises(FabricopsError, match="step 'connect'"):
+            run(switch="leaf-a", device=("10.0.0.5", 830), **kw)
+    assert sessions == [1]
+
+
+def test_roce_switch_task_keys_the_lock_by_ansible_host_and_port(tmp_path, monkeypatch):
+    """Through the action plugin: inventory host leaf-b is another name (ansible_host, ansible_port)
+    of leaf-a, whose change holds the lock; leaf-b's task fails before it connects."""
+    from unittest import mock
+
+    from unit.plugins.actionrun import load
+
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    monkeypatch.setenv("FABRICOPS_SWITCH_PASSWORD", "secret")
+    task_vars = {
+        "inventory_hostname": "leaf-b",
+        "ansible_host": "10.0.0.5",
+        "ansible_port": 2222,
+        "ansible_user": "admin",
+        "ansible_network_os": "cumulus",
+        "roce_switch_known_hosts": str(kh),
+    }
+    task = mock.MagicMock(
+        args={"state": "overridden", "roce": ROCE4, "ports": PORTS["cumulus"]},
+        check_mode=False,
+        async_val=0,
+        diff=True,
+    )
+    action = load("roce_switch")(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    action._templar = mock.MagicMock(template=lambda value, **_: value)
+    connects = []
+    with (
+        mock.patch("fabricops.switch.transport.connect", side_effect=lambda a: connects.append(a)),
+        switch_lock("leaf-a", "roce_switch state=merged", device_key("10.0.0.5", 2222)),
+    ):
+        result = action.run(task_vars=task_vars)
+    assert result["failed"] is True and connects == [], result
+    assert result["msg"].startswith("leaf-b: step 'lock' failed: another change is running on this switch")
+    assert "held as leaf-a" in result["msg"]
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+
+
+def _give(path, uid=65534):
+    os.lchown(path, uid, uid)
+    if not path.is_symlink():
+        path.chmod(0o700)
+
+
+@needs_root
+@pytest.mark.parametrize("how", ["sudo -E", "FABRICOPS_LOCK_DIR", "symlink in a private dir"])
+def test_symlink_planted_in_a_lock_dir_leaves_its_target_untouched(tmp_path, monkeypatch, how):
+    """The audit's escape: under sudo -E the lock directory was the invoking user's; the user planted
+    leaf-a.lock -> a root file, and root's roce_switch run emptied it. Now root never uses a runtime
+    directory that is not root's own (it takes /run/fabricops/locks), a chosen lock directory must be
+    this user's 0700 one, and the lock file is opened with O_NOFOLLOW: refused in one line."""
+    target = tmp_path / "precious"
+    target.write_text("root's data\n")
+    user = tmp_path / "user"  # the invoking user's runtime directory (uid 65534, 0700)
+    locks = user / "fabricops" / "locks" if how == "sudo -E" else user
+    locks.mkdir(parents=True, mode=0o700)
+    (locks / "leaf-a.lock").symlink_to(target)
+    run_dir = tmp_path / "run" / "fabricops" / "locks"  # stands in for /run/fabricops/locks
+    monkeypatch.setattr(lock, "ROOT_LOCK_DIR", run_dir)
+    if how == "sudo -E":
+        for d in (user, user / "fabricops", locks, locks / "leaf-a.lock"):
+            _give(d)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(user))
+        with switch_lock("leaf-a", "pipeline run") as path:
+            assert target.read_text() == "root's data\n", "root's run emptied the symlink's target"
+        assert path == run_dir / "leaf-a.lock"
+        assert oct(run_dir.stat().st_mode & 0o777) == "0o700" and run_dir.stat().st_uid == 0
+    else:
+        if how == "FABRICOPS_LOCK_DIR":
+            _give(user)
+            _give(user / "leaf-a.lock")
+            words = f"the lock directory {user} is owned by uid 65534, not by this user (uid 0)"
+        else:  # root's own 0700 directory, a symlink in it all the same
+            words = f"the lock file {user / 'leaf-a.lock'} is a symlink: remove it"
+        monkeypatch.setenv("FABRICOPS_LOCK_DIR", str(user))
+        with pytest.raises(SwitchError) as err, switch_lock("leaf-a", "pipeline run"):
+            pass
+        msg = str(err.value)
+        assert msg.startswith("leaf-a: step 'lock' failed: ") and words in msg, msg
+        assert msg.endswith("; nothing was sent.") and "\n" not in msg
+    assert target.read_text() == "root's data\n"
+
+
+@pytest.mark.parametrize("case", ["mode 0755", "another owner", "a symlink", "a file"])
+def test_lock_dir_that_is_not_private_is_refused(tmp_path, monkeypatch, case):
+    """The lock directory must be a directory (not a symlink) owned by this user with mode 0700;
+    anything else is refused in one line naming the path and the fix, and no lock file is made."""
+    if case == "another owner" and os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    runtime = tmp_path / "rt"  # a private runtime directory (honoured as root too)
+    runtime.mkdir(mode=0o700)
+    locks = runtime / "fabricops" / "locks"
+    (runtime / "fabricops").mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if case == "a symlink":
+        locks.symlink_to(elsewhere)
+        words = f"the lock directory {locks} is a symlink: remove it"
+    elif case == "a file":
+        locks.write_text("")
+        words = f"the lock directory {locks} is not a directory: remove it"
+    else:
+        locks.mkdir(mode=0o700)
+        if case == "mode 0755":
+            locks.chmod(0o755)
+            words = f"the lock directory {locks} has mode 0755, others may write or read it: run chmod 0700"
+        else:
+            _give(locks)
+            words = f"the lock directory {locks} is owned by uid 65534, not by this user (uid 0): remove it"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.delenv("FABRICOPS_LOCK_DIR", raising=False)
+    with pytest.raises(SwitchError) as err, switch_lock("leaf-a", "pipeline run"):
+        pass
+    msg = str(err.value)
+    assert words in msg and msg.endswith("; nothing was sent.") and "\n" not in msg, msg
+    assert list(elsewhere.iterdir()) == [] and not (locks.is_dir() and any(locks.iterdir()))
+
+
+def test_lock_dir_is_created_private_and_honoured_by_fabricops_lock_dir(tmp_path, monkeypatch):
+    chosen = tmp_path / "a" / "locks"
+    monkeypatch.setenv("FABRICOPS_LOCK_DIR", str(chosen))
+    with switch_lock("leaf-a", "pipeline run", device_key("LEAF-A.example", 22)) as path:
+        assert path == chosen / "leaf-a.example_22.lock"
+        st = path.stat()
+        assert st.st_mode & 0o777 == 0o600 and json.loads(path.read_text())["switch"] == "leaf-a"
+    for d in (chosen, chosen.parent):
+        assert d.stat().st_mode & 0o777 == 0o700
 
 
 def test_outcomes_of_the_named_cases():

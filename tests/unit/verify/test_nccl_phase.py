@@ -18,7 +18,13 @@ import pytest
 from fabricops.model import busbw as model
 from fabricops.verify import engine
 from fabricops.verify.engine import Options, verify
-from fabricops.verify.expect import NCCL_LAUNCHER_DEFAULT, NcclSettingsError, host_expect, nccl_settings
+from fabricops.verify.expect import (
+    NCCL_LAUNCHER_DEFAULT,
+    NcclSettings,
+    NcclSettingsError,
+    host_expect,
+    nccl_settings,
+)
 from fabricops.verify.nccl_phase import build_command, parse_nccl_info, phase, plan_rails
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "nccl-log"
@@ -183,29 +189,27 @@ def test_command_is_built_exactly_four_hosts_no_ring():
 
 
 def test_two_hosts_force_ring_and_subset_names_one_rail():
-    s = nccl_settings({"fabricops_verify_nccl_tests_dir": "/opt/nccl tests/bin"})
+    s = nccl_settings({"fabricops_verify_nccl_tests_dir": "/opt/nccl-tests/bin"})
     cmd = build_command(s, ["gpu01", "gpu02"], 8, "all_gather", hca="mlx5_1")
     assert cmd == (
         "mpirun --allow-run-as-root -np 16 -H gpu01:8,gpu02:8 --bind-to none -x NCCL_DEBUG=INFO "
         "-x NCCL_DEBUG_SUBSYS=INIT,NET -x NCCL_ALGO=Ring -x NCCL_IB_HCA==mlx5_1 "
-        "'/opt/nccl tests/bin/all_gather_perf' -b 8 -e 1G -f 2 -g 1"
+        "/opt/nccl-tests/bin/all_gather_perf -b 8 -e 1G -f 2 -g 1"
     )
     assert "NCCL_ALGO" not in build_command(s, HOSTS[:3], 8, "all_reduce")
 
 
-def test_host_names_and_values_are_quoted():
-    s = nccl_settings(
-        {
-            "fabricops_verify_nccl_launcher": "env {env} srun -N {nodes} --ntasks-per-node {ppn} "
-            "-w {hosts} {binary} -e {max_bytes}"
-        }
-    )
-    cmd = build_command(s, ["a;rm -rf /", "b"], 4, "all_reduce")
+SRUN = "env {env} srun -N {nodes} --ntasks-per-node {ppn} -w {hosts} {binary} -e {max_bytes}"
+
+
+def test_srun_template_with_bare_placeholders_builds_one_word_per_value():
+    s = nccl_settings({"fabricops_verify_nccl_launcher": SRUN})
+    cmd = build_command(s, ["gpu-a.rack1", "gpu_b"], 4, "all_reduce")
     assert cmd == (
         "env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_ALGO=Ring srun -N 2 --ntasks-per-node 4 "
-        "-w 'a;rm -rf /,b' all_reduce_perf -e 1G"
+        "-w gpu-a.rack1,gpu_b all_reduce_perf -e 1G"
     )
-    assert shlex.split(cmd)[10] == "a;rm -rf /,b"
+    assert shlex.split(cmd)[10] == "gpu-a.rack1,gpu_b"
 
 
 def test_json_template_reads_the_result_file_in_the_same_call():
@@ -339,17 +343,114 @@ def test_every_collective_is_run():
         ("fabricops_verify_nccl_collectives", ["all_reduce", "alltoall"], "unknown collective 'alltoall'"),
         ("fabricops_verify_nccl_max_bytes", "1T", "not a size"),
         ("fabricops_verify_nccl_timeout_s", "soon", "not a whole number"),
+        # a placeholder inside the template's own quotes, or in a sh -c string: the value's quoting
+        # would end those quotes / a second shell would parse it again (the audit's escapes)
+        (
+            "fabricops_verify_nccl_launcher",
+            'env {env} srun -N {nodes} -w "{hosts}" {binary}',
+            "puts {hosts} inside double quotes, which the value's own shell quoting would break; "
+            'write {hosts} bare instead of "{hosts}"',
+        ),
+        (
+            "fabricops_verify_nccl_launcher",
+            "env {env} srun -N {nodes} -w '{hosts}' {binary}",
+            "puts {hosts} inside single quotes",
+        ),
+        (
+            "fabricops_verify_nccl_launcher",
+            'bash -c "mpirun -H {hostslots} {mpi_env} {binary}"',
+            "puts {hostslots} after -c, in a command string that a second shell parses again",
+        ),
+        ("fabricops_verify_nccl_launcher", "sh -lc 'mpirun {mpi_env} {binary}'", "puts {mpi_env} after -c"),
+        (
+            "fabricops_verify_nccl_launcher",
+            'env {env} srun -w {hosts} {binary} -J "x',
+            "unterminated double quote",
+        ),
+        (
+            "fabricops_verify_nccl_tests_dir",
+            "/opt/$(id)",
+            "fabricops_verify_nccl_tests_dir: '/opt/$(id)' is not an absolute path",
+        ),
+        ("fabricops_verify_nccl_tests_dir", "/opt/nccl tests/bin", "is not an absolute path"),
+        ("fabricops_verify_nccl_tests_dir", "/opt/../tmp", "contains a '..' component"),
     ],
 )
 def test_bad_inventory_values_are_one_sentence_and_nothing_runs(var, value, words):
+    """Refused before any host is run, not even the host phase's ibstat: the verify CLI's "invalid
+    input" status (5)."""
     with pytest.raises(NcclSettingsError) as exc:
         nccl_settings({var: value})
     assert words in str(exc.value) and "\n" not in str(exc.value)
-    fake = FakeMpi()
-    vr = run_phase(fake, hv=hostvars(**{var: value}))
-    [b] = by(vr, "nccl_busbw")
-    assert b.status == "error" and words in b.message
-    assert fake.calls == []
+    assert exc.value.exit_status == 5
+    calls = []
+
+    def run(host, command, timeout=60):
+        calls.append((host, command))
+        return {"rc": 1, "stdout": "", "stderr": "not asked"}
+
+    with pytest.raises(NcclSettingsError) as exc:
+        verify(run, HOSTS, hostvars(**{var: value}), Options(only="nccl"))
+    assert words in str(exc.value)
+    assert calls == []
+
+
+class ShellRun:
+    """The first host's shell, for real: each command runs under sh in ``cwd`` with stub ``srun`` and
+    ``mpirun`` on PATH, so a value that escapes the template's quoting runs (``touch X``)."""
+
+    def __init__(self, cwd):
+        self.cwd, self.calls = cwd, []
+        stubs = cwd / "stubs"
+        stubs.mkdir()
+        for name in ("srun", "mpirun", "all_reduce_perf"):
+            (stubs / name).write_text("#!/bin/sh\nexit 0\n")
+            (stubs / name).chmod(0o755)
+        self.path = f"{stubs}:/usr/bin:/bin"
+
+    def __call__(self, host, command, timeout=60):
+        import subprocess
+
+        self.calls.append((host, command))
+        if command == "ibstat":
+            return {"rc": 1, "stdout": "", "stderr": "not asked"}
+        p = subprocess.run(
+            ["sh", "-c", command],
+            cwd=self.cwd,
+            env={"PATH": self.path},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+
+
+@pytest.mark.parametrize(
+    "template,words",
+    [
+        (NCCL_LAUNCHER_DEFAULT, "host name: 'gpu$(touch X)' is not an inventory host name"),
+        ('env {env} srun -N {nodes} -w "{hosts}" {binary} -e {max_bytes}', "{hosts} inside double quotes"),
+        ("env {env} srun -N {nodes} -w '{hosts}' {binary} -e {max_bytes}", "{hosts} inside single quotes"),
+        ('bash -c "mpirun -np {np} --bind-to none {mpi_env} -H {hostslots} {binary}"', "{np} after -c"),
+        ("env {env} srun -N {nodes} -w {hosts} {binary}", "is not an inventory host name"),
+    ],
+)
+def test_a_host_named_like_a_command_is_refused_and_nothing_runs(tmp_path, template, words):
+    """The audit's escape: an inventory host ``gpu$(touch X)`` with a launcher that quotes its
+    placeholder ran ``touch X`` on the first host. Refused (exit 5) before any host is run."""
+    hosts = ["gpu$(touch X)", "gpu02"]
+    run = ShellRun(tmp_path)
+    try:
+        verify(run, hosts, hostvars(hosts, fabricops_verify_nccl_launcher=template), Options(only="nccl"))
+        refused = None
+    except NcclSettingsError as exc:
+        refused = str(exc)
+    assert not (tmp_path / "X").exists(), "the host name ran as a command on the first host"
+    assert run.calls == [], "a host was run before the launcher line was refused"
+    assert refused and words in refused and "\n" not in refused
+    assert NcclSettingsError(refused).exit_status == 5  # the verify CLI's "invalid input"
+    with pytest.raises(NcclSettingsError):  # the line itself is never built either
+        build_command(NcclSettings(launcher=NCCL_LAUNCHER_DEFAULT), hosts, 8, "all_reduce")
 
 
 def test_full_run_includes_nccl_only_when_asked():
