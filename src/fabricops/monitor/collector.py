@@ -25,12 +25,27 @@ Sources (docs/monitoring.md lists every metric):
 Usage: ``fabricops-collector [--config FILE] [--output FILE] [--sysfs DIR]``. Without ``--output``
 the metrics go to stdout; with it they are written to a temporary file in the same directory and
 renamed over FILE, so node_exporter never reads half a file.
+
+Failure modes (a stale file must never pass for a healthy fabric):
+
+- every number of the configuration is checked when it is loaded (:func:`check_config`:
+  ``expected_rate_gbps`` finite, above 0, at most :data:`MAX_RATE_GBPS`); a configuration that fails
+  is refused with one line on stderr and exit status 2, and FILE is replaced by one that holds only
+  ``collector_source_up{source="config"} 0``, the run's timestamp and the previous run's
+  ``collector_last_success_timestamp_seconds`` -- no port values left frozen, and a staleness alert
+  on that gauge fires;
+- a source that fails (a command, a port that cannot be read, an unexpected error in one source)
+  sets its ``collector_source_up`` to 0; the other sources' metrics are still written;
+- ``collector_last_success_timestamp_seconds`` is written by every run that collected: it stops
+  moving when the collector is dead (the timer stopped, the program crashes, the configuration is
+  refused), which is what a staleness alert watches.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
@@ -141,9 +156,13 @@ dkms_modules_missing gauge
 secure_boot_enabled gauge
     1 when Secure Boot is on (mokutil --sb-state), 0 when off or the host does not boot with EFI.
 collector_source_up gauge
-    1 when a source could be read on the last run, 0 when it failed.
+    1 when a source could be read on the last run, 0 when it failed (source "config": the configuration
+    was refused, nothing was collected).
 collector_last_run_timestamp_seconds gauge
     Unix time of the last collector run.
+collector_last_success_timestamp_seconds gauge
+    Unix time of the last run that collected (its configuration was valid; a failed source is marked by
+    collector_source_up); it stops moving when the collector is dead or its configuration is refused.
 collector_duration_seconds gauge
     How long the last collector run took.
 """
@@ -205,9 +224,92 @@ NVLINK_ERRORS = {
 
 Runner = "Callable[[list[str]], tuple[int, str]]"
 
+#: The largest expected port rate accepted, in Gb/s: four times the fastest port (InfiniBand XDR and
+#: 800GbE: 800 Gb/s on a 4X port: REFERENCE.md "InfiniBand rates", model/data/rates.yml), room for a 12X XDR
+#: port (2400). Larger is a typo or a unit mistake (bit/s for Gb/s). The fabric_monitor role's
+#: preflight refuses the same (roles/fabric_monitor/vars/main.yml __fabric_monitor_max_rate_gbps).
+MAX_RATE_GBPS = 3200
+#: expected_rate_gbps keys (fabricops.validate.rate_key): a link layer or DEV/PORT
+RATE_KEY_RE = re.compile(r"^(?:InfiniBand|Ethernet|[A-Za-z0-9_]{1,32}/[0-9]{1,3})$")
+_DECIMAL_RE = re.compile(r"^[0-9]{1,12}(?:\.[0-9]{1,12})?$")
+
 
 class SourceError(Exception):
     """A source printed something this collector cannot read."""
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; str() is one line naming the setting."""
+
+
+def _show(value: object) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_rate(where: str, value: object) -> float:
+    """A rate in Gb/s from the configuration: a number (or a decimal string), finite, above 0 and at
+    most MAX_RATE_GBPS; else ConfigError. NaN, infinity, negatives, 1e300, true: refused."""
+    rate = math.nan
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, (int, float)):
+        try:
+            rate = float(value)
+        except OverflowError:  # an int beyond any float
+            rate = math.inf
+    elif isinstance(value, str) and _DECIMAL_RE.match(value.strip()):
+        rate = float(value)
+    if not (math.isfinite(rate) and 0 < rate <= MAX_RATE_GBPS):
+        raise ConfigError(
+            f"{where}: {_show(value)} is not a port rate in Gb/s (a finite number above 0, at most "
+            f"{MAX_RATE_GBPS})"
+        )
+    return rate
+
+
+def check_config(config: object) -> dict:
+    """The configuration with every number it holds checked (one ConfigError, one line, for the first
+    bad one): ``expected_rate_gbps`` maps InfiniBand, Ethernet or DEV/PORT to a rate in Gb/s
+    (:func:`check_rate`; returned as floats)."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"expected a JSON object, got {_show(config)}")
+    rates = config.get("expected_rate_gbps")
+    if rates is None:
+        rates = {}
+    if not isinstance(rates, dict):
+        raise ConfigError(f"expected_rate_gbps: expected an object (port -> Gb/s), got {_show(rates)}")
+    checked = {}
+    for key, value in rates.items():
+        if not RATE_KEY_RE.match(key):
+            raise ConfigError(
+                f"expected_rate_gbps: {_show(key)} is not InfiniBand, Ethernet or DEV/PORT (mlx5_0/1)"
+            )
+        checked[key] = check_rate(f"expected_rate_gbps.{key}", value)
+    return dict(config, expected_rate_gbps=checked)
+
+
+def load_config(path: str | None) -> dict:
+    """The checked configuration of FILE; {} when there is no such file (the defaults)."""
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text") from None
+    except ValueError as exc:
+        raise ConfigError(f"not JSON ({exc})") from None
+    return check_config(config)
+
+
+def _warn(text: str) -> None:
+    print("fabricops-collector: " + " ".join(str(text).split())[:300], file=sys.stderr)
 
 
 # --- exposition ------------------------------------------------------------------------------
@@ -222,6 +324,10 @@ class Registry:
         if name not in METRICS:
             raise KeyError(f"metric {name} is not in the catalogue")
         self.samples.setdefault(name, []).append(({k: str(v) for k, v in labels.items()}, float(value)))
+
+    def merge(self, other: Registry) -> None:
+        for name, samples in other.samples.items():
+            self.samples.setdefault(name, []).extend(samples)
 
     def render(self) -> str:
         out: list[str] = []
@@ -241,6 +347,10 @@ def _escape(value: str) -> str:
 
 
 def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
     if value == int(value) and abs(value) < 2**63:
         return str(int(value))
     return repr(value)
@@ -315,7 +425,7 @@ def read_ports(sysfs: str = "/sys") -> list[dict]:
             for sub in ("counters", "hw_counters"):
                 for name in _listdir(os.path.join(pdir, sub)):
                     raw = _read(os.path.join(pdir, sub, name))
-                    if raw is not None and raw.isdigit():
+                    if raw is not None and raw.isdigit() and len(raw) <= 20:  # a 64-bit counter
                         entry[sub][name] = int(raw)
             ports.append(entry)
     return ports
@@ -323,36 +433,50 @@ def read_ports(sysfs: str = "/sys") -> list[dict]:
 
 def port_metrics(
     reg: Registry, host: str, ports: Iterable[dict], expected: dict[str, float] | None = None
-) -> None:
-    expected = expected or {}
+) -> list[str]:
+    """Each port's metrics; a port whose state or rate cannot be read is left out, the others are
+    written. Returns why each left-out port was ("mlx5_0/1: unreadable sysfs rate ''")."""
+    failed = []
     for p in ports:
-        labels = {"host": host, "device": p["device"], "port": p["port"]}
-        state_num, state = parse_state(p["state"])
-        phys_num, phys = parse_state(p["phys_state"])
-        rate, lanes, _speed = parse_rate(p["rate"])
-        reg.add("ib_port_up", labels, 1 if state == "ACTIVE" and phys == "LinkUp" else 0)
-        reg.add("ib_port_state", labels, state_num)
-        reg.add("ib_port_physical_state", labels, phys_num)
-        reg.add("ib_port_rate_bits_per_second", labels, rate)
-        reg.add("ib_port_width_lanes", labels, lanes)
-        reg.add("ib_port_info", {**labels, "link_layer": p["link_layer"], "netdev": p.get("netdev") or "",
-                                 "state": state, "phys_state": phys}, 1)
-        want = expected.get(f"{p['device']}/{p['port']}", expected.get(p["link_layer"]))
-        if want:
-            reg.add("ib_port_expected_rate_bits_per_second", labels, float(want) * 1e9)
-        for name, (metric, mult) in IB_COUNTERS.items():
-            if name in p["counters"]:
-                reg.add(metric, labels, p["counters"][name] * mult)
-        if p["link_layer"] == "Ethernet":
-            rlabels = {**labels, "netdev": p.get("netdev") or ""}
-            for name, metric in HW_COUNTERS.items():
-                if name in p["hw_counters"]:
-                    reg.add(metric, rlabels, p["hw_counters"][name])
+        one = Registry()
+        try:
+            _port_metrics(one, host, p, expected or {})
+        except (SourceError, ValueError, OverflowError) as exc:
+            failed.append(f"{p.get('device')}/{p.get('port')}: {exc}")
+            continue
+        reg.merge(one)
+    return failed
+
+
+def _port_metrics(reg: Registry, host: str, p: dict, expected: dict[str, float]) -> None:
+    """One port's metrics (raises SourceError / ValueError when its state or rate is unreadable)."""
+    labels = {"host": host, "device": p["device"], "port": p["port"]}
+    state_num, state = parse_state(p["state"])
+    phys_num, phys = parse_state(p["phys_state"])
+    rate, lanes, _speed = parse_rate(p["rate"])
+    reg.add("ib_port_up", labels, 1 if state == "ACTIVE" and phys == "LinkUp" else 0)
+    reg.add("ib_port_state", labels, state_num)
+    reg.add("ib_port_physical_state", labels, phys_num)
+    reg.add("ib_port_rate_bits_per_second", labels, rate)
+    reg.add("ib_port_width_lanes", labels, lanes)
+    reg.add("ib_port_info", {**labels, "link_layer": p["link_layer"], "netdev": p.get("netdev") or "",
+                             "state": state, "phys_state": phys}, 1)
+    want = expected.get(f"{p['device']}/{p['port']}", expected.get(p["link_layer"]))
+    if want:
+        reg.add("ib_port_expected_rate_bits_per_second", labels, float(want) * 1e9)
+    for name, (metric, mult) in IB_COUNTERS.items():
+        if name in p["counters"]:
+            reg.add(metric, labels, p["counters"][name] * mult)
+    if p["link_layer"] == "Ethernet":
+        rlabels = {**labels, "netdev": p.get("netdev") or ""}
+        for name, metric in HW_COUNTERS.items():
+            if name in p["hw_counters"]:
+                reg.add(metric, rlabels, p["hw_counters"][name])
 
 
 # --- ethtool -S ------------------------------------------------------------------------------
 
-ETHTOOL_LINE = re.compile(r"^\s+([^:]+?):\s+(-?\d+)\s*$")
+ETHTOOL_LINE = re.compile(r"^\s+([^:]+?):\s+(-?\d{1,20})\s*$")
 
 
 def parse_ethtool_stats(text: str) -> dict[str, int]:
@@ -615,41 +739,65 @@ def run_command(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_command,
-            host: str | None = None, now: float | None = None) -> str:
-    """Everything, as exposition text. A failing source sets its ``collector_source_up`` to 0."""
-    config = config or {}
+def collect(
+    config: dict | None = None,
+    sysfs: str = "/sys",
+    run: Runner = run_command,
+    host: str | None = None,
+    now: float | None = None,
+) -> str:
+    """Everything, as exposition text. A failing source sets its ``collector_source_up`` to 0 and the
+    others are still written (an unexpected error in one source costs only that source). Raises
+    ConfigError (one line) for a configuration :func:`check_config` refuses."""
+    config = check_config(config or {})
     start = time.monotonic()
-    host = host or config.get("host") or socket.gethostname().split(".")[0]
+    host = str(host or config.get("host") or socket.gethostname().split(".")[0])
     reg = Registry()
+    up: dict[str, bool] = {}
 
     def source(name: str, ok: bool) -> None:
-        reg.add("collector_source_up", {"host": host, "source": name}, 1 if ok else 0)
+        up[name] = up.get(name, True) and ok
 
-    try:
-        ports = read_ports(sysfs)
-        port_metrics(reg, host, ports, config.get("expected_rate_gbps"))
-        source("sysfs", True)
-    except SourceError:
-        ports = []
-        source("sysfs", False)
+    def section(name: str, body: Callable[[Registry], None]) -> None:
+        scratch = Registry()  # a source that breaks half-way leaves none of its samples behind
+        try:
+            body(scratch)
+        except Exception as exc:  # one broken source must not cost the others their metrics
+            source(name, False)
+            _warn(f"{name}: {type(exc).__name__}: {exc}")
+            return
+        reg.merge(scratch)
 
-    ethtool = config.get("ethtool", "ethtool")
-    roce = [p for p in ports if p["link_layer"] == "Ethernet" and p.get("netdev")]
-    if roce:
+    ports: list[dict] = []
+
+    def sysfs_source(r: Registry) -> None:
+        ports.extend(read_ports(sysfs))
+        failed = port_metrics(r, host, ports, config["expected_rate_gbps"])
+        for why in failed:
+            _warn(f"sysfs: {why}")
+        source("sysfs", not failed)
+
+    def ethtool_source(r: Registry) -> None:
+        ethtool = config.get("ethtool", "ethtool")
+        roce = [p for p in ports if p["link_layer"] == "Ethernet" and p.get("netdev")]
+        if not roce:
+            return
         ok = True
         for p in roce:
             rc, out = run([ethtool, "-S", p["netdev"]])
+            one = Registry()
             try:
                 if rc != 0:
                     raise SourceError(f"ethtool exited {rc}")
-                pfc_metrics(reg, host, p["netdev"], p["device"], parse_ethtool_stats(out))
-            except SourceError:
+                pfc_metrics(one, host, p["netdev"], p["device"], parse_ethtool_stats(out))
+            except (SourceError, ValueError):
                 ok = False
+                continue
+            r.merge(one)
         source("ethtool", ok)
 
-    smi = config.get("nvidia_smi", "nvidia-smi")
-    if config.get("nvlink", True):
+    def nvlink_source(r: Registry) -> None:
+        smi = config.get("nvidia_smi", "nvidia-smi")
         rc, out = run([smi, "nvlink", "--status"])
         status: list[dict] = []
         try:
@@ -657,7 +805,7 @@ def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_c
                 raise SourceError(f"nvidia-smi exited {rc}")
             status = parse_nvlink_status(out)
             source("nvlink_status", True)
-        except SourceError:
+        except (SourceError, ValueError):
             source("nvlink_status", False)
         errors = None
         rc, out = run([smi, "nvlink", "-e"])
@@ -666,20 +814,52 @@ def collect(config: dict | None = None, sysfs: str = "/sys", run: Runner = run_c
                 raise SourceError(f"nvidia-smi exited {rc}")
             errors = parse_nvlink_errors(out)
             source("nvlink_errors", True)
-        except SourceError:
+        except (SourceError, ValueError):
             source("nvlink_errors", False)
-        nvlink_metrics(reg, host, status, errors)
+        nvlink_metrics(r, host, status, errors)
 
+    section("sysfs", sysfs_source)
+    section("ethtool", ethtool_source)
+    if config.get("nvlink", True):
+        section("nvlink", nvlink_source)
     if config.get("pcie", True):
-        _collect_pcie(reg, host, config, sysfs, run, source)
+        section("pcie", lambda r: _collect_pcie(r, host, config, sysfs, run, source))
     if config.get("firmware", "auto"):
-        _collect_firmware(reg, host, config, sysfs, run, source)
+        section("firmware", lambda r: _collect_firmware(r, host, config, sysfs, run, source))
     if config.get("dkms", "auto"):
-        _collect_dkms(reg, host, config, sysfs, run, source)
+        section("dkms", lambda r: _collect_dkms(r, host, config, sysfs, run, source))
 
-    stamp = now if now is not None else time.time()
-    reg.add("collector_last_run_timestamp_seconds", {"host": host}, round(stamp, 3))
+    for name, ok in up.items():
+        reg.add("collector_source_up", {"host": host, "source": name}, 1 if ok else 0)
+    stamp = round(now if now is not None else time.time(), 3)
+    reg.add("collector_last_run_timestamp_seconds", {"host": host}, stamp)
+    reg.add("collector_last_success_timestamp_seconds", {"host": host}, stamp)
     reg.add("collector_duration_seconds", {"host": host}, round(time.monotonic() - start, 6))
+    return reg.render()
+
+
+_SUCCESS_RE = re.compile(
+    r'^fabricops_collector_last_success_timestamp_seconds\{host="((?:[^"\\]|\\.)*)"\} (\S+)$', re.M
+)
+
+
+def refused(previous: str, host: str, now: float | None = None) -> str:
+    """The exposition text written in place of the metrics when the configuration is refused:
+    ``collector_source_up{source="config"} 0``, this run's timestamp and the last success of the
+    ``previous`` file (so it keeps ageing); no port value is left to look healthy."""
+    reg = Registry()
+    m = _SUCCESS_RE.search(previous or "")
+    if m:
+        host = re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), m.group(1))
+        try:
+            last = float(m.group(2))
+        except ValueError:
+            last = math.nan
+        if math.isfinite(last):
+            reg.add("collector_last_success_timestamp_seconds", {"host": host}, last)
+    reg.add("collector_source_up", {"host": host, "source": "config"}, 0)
+    stamp = round(now if now is not None else time.time(), 3)
+    reg.add("collector_last_run_timestamp_seconds", {"host": host}, stamp)
     return reg.render()
 
 
@@ -930,11 +1110,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="write the metrics to this .prom file (atomically)")
     parser.add_argument("--sysfs", default="/sys", help="sysfs root (tests)")
     args = parser.parse_args(argv)
-    config = {}
-    if args.config and os.path.exists(args.config):
-        with open(args.config, encoding="utf-8") as fh:
-            config = json.load(fh)
-    text = collect(config, sysfs=args.sysfs)
+    try:
+        text = collect(load_config(args.config), sysfs=args.sysfs)
+    except ConfigError as exc:
+        print(f"fabricops-collector: --config {args.config}: {exc}", file=sys.stderr)
+        if args.output:  # no frozen values: the file says the configuration was refused
+            previous = _read(args.output) or ""
+            write_atomic(args.output, refused(previous, socket.gethostname().split(".")[0]))
+        return 2
     if args.output:
         write_atomic(args.output, text)
     else:

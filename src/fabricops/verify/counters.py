@@ -30,6 +30,7 @@ the switch counters and knows the path).
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -270,3 +271,54 @@ def switch_ports_total(
             f"the test reports {human_bytes(expected_min)})"
         ]
     return []
+
+
+# --- error counters against a baseline (``fabricops verify --counters-baseline``) ----------------
+
+#: the largest value a port counter holds (PortCountersExtended are 64-bit; the error counters are
+#: narrower): a baseline value above it was not read from a port
+COUNTER_MAX = 2**64 - 1
+
+
+def baseline_value_problem(value: Any) -> str | None:
+    """Why ``value`` (from an edited or foreign baseline file) is not a counter reading, or None.
+
+    A counter reading is a non-negative integer of at most 64 bits. ``true`` (a bool is an int to
+    Python), floats (``1e18``, ``NaN``, ``Infinity``: JSON floats, never what a counter holds),
+    strings and negative numbers are refused: subtracted, they would silently hide errors or
+    crash the check."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{_show(value)} is not an integer counter value"
+    if value < 0:
+        return f"{value} is negative (a counter counts up from 0)"
+    if value > COUNTER_MAX:
+        return f"{value} does not fit a 64-bit counter"
+    return None
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def increase_since(
+    current: Mapping[str, int | None], baseline: Mapping[str, int] | None
+) -> tuple[dict[str, int | None], bool]:
+    """The error counters' increase since ``baseline`` (counter -> value of an earlier report), and
+    whether the counters were reset since then.
+
+    A counter below its baseline value means the port's counters were reset after the baseline (a
+    reboot, a driver reload, ``perfquery -R``): the increase since the baseline is unknown, but at
+    least what the counters show now, so every counter of the port is judged by its current
+    (absolute) value -- never by a negative difference, which would pass any number of new errors.
+    Without a baseline the current values are returned (reset False)."""
+    out = dict(current)
+    if baseline is None:
+        return out, False
+    reset = any(v is not None and v < int(baseline.get(k) or 0) for k, v in current.items())
+    if reset:
+        return out, True
+    return {k: (None if v is None else v - int(baseline.get(k) or 0)) for k, v in current.items()}, False

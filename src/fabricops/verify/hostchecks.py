@@ -19,6 +19,7 @@ from fabricops.model import rates
 from fabricops.model.nvlink import NVLINK
 from fabricops.model.profiles import threshold_for
 from fabricops.parsers import parse
+from fabricops.verify import counters as error_counters
 from fabricops.verify import firmware, pcie
 from fabricops.verify.expect import HostExpect, PortExpect
 from fabricops.verify.pcie import PCIE_CHECKS
@@ -640,7 +641,8 @@ def _ports(ctx: _Ctx, ibstat: Any) -> None:
 
 def _counters(ctx: _Ctx, layers: Mapping[str, str]) -> None:
     """Error counters per InfiniBand port: absolute values since the last counter reset, or, with a
-    baseline (a previous report), the increase since then."""
+    baseline (a previous report), the increase since then -- unless the counters were reset since
+    the baseline (one went below it): then the absolute values, and the message says so."""
     prof = ctx.expect.profile
     flaps = threshold_for(prof, "link_flaps_24h")
     limits = {
@@ -655,23 +657,25 @@ def _counters(ctx: _Ctx, layers: Mapping[str, str]) -> None:
             continue
         counters = rec.blocks[0].counters if rec.blocks else {}
         base = (baseline or {}).get(pe.device)
-        bad, measured, absolute, causes = [], {}, {}, []
+        absolute = {name: counters.get(name) for name in limits}
+        # a counter below its baseline: reset since the baseline, judged by its absolute value
+        increase, reset = error_counters.increase_since(absolute, base)
+        bad, measured, causes = [], {}, []
         for name, (thr, cause) in limits.items():
-            value = counters.get(name)
-            absolute[name] = value
+            value = increase[name]
             if value is None:
                 bad.append(f"{name} not reported")
                 causes.append("perfquery did not print the counter")
                 continue
-            if base is not None:
-                value = value - int(base.get(name) or 0)
             measured[name] = value
             if not thr.passes(value):
-                word = "+" if base is not None else ""
+                word = "+" if base is not None and not reset else ""
                 bad.append(f"{name} {word}{value} (limit {thr.value})")
                 causes.append(cause)
         status = FAIL if bad else PASS
         window = "since the baseline" if base is not None else "since the last counter reset"
+        if reset:
+            window = "counters reset since the baseline: judged by their values since that reset"
         msg = (
             f"{ctx.host} {pe.device}: "
             + ("; ".join(bad) if bad else ", ".join(f"{k} {v}" for k, v in measured.items()))
@@ -693,6 +697,7 @@ def _counters(ctx: _Ctx, layers: Mapping[str, str]) -> None:
             details={
                 "absolute": absolute,
                 "baseline": base,
+                "counters_reset_since_baseline": reset,
                 "flapping": downed is not None and not flaps.passes(downed),
             },
         )

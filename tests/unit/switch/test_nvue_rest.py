@@ -3,15 +3,21 @@ real HTTPS API, and the same states over the CLI engine: identical results."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
+import json
 import socket
 import ssl
+import time
 
 import pytest
 
+from fabricops.errors import FabricopsError
 from fabricops.lab.switchd.nvue import NvueSwitch
 from fabricops.lab.switchd.nvue_api import NvueApiServer
 from fabricops.switch.access import SwitchAccessError, switch_connection
+from fabricops.switch.lock import switch_lock
 from fabricops.switch.nvue_rest import NvueRestConnection, RestError, command_to_patch
 from fabricops.switch.runner import run
 
@@ -227,3 +233,186 @@ def test_api_port_is_https_only(rest_rack):
         ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s,
     ):
         assert s.version() in {"TLSv1.2", "TLSv1.3"}
+
+
+# --- bounds: a server must not hold the client (and the switch's lock) -----------------------------
+# Each test makes the emulated API misbehave on some paths (its handler class is this server's own)
+# and sets the client's deadlines small; the servers stop misbehaving on their own after a few
+# seconds, so the tests end on a client without bounds too (and fail there).
+
+DRIP_S = 0.5  # one byte every half second: a socket timeout of 1 s alone never fires
+
+
+def _misbehave(monkeypatch, rack, match, behaviour, method="GET"):
+    handler = rack.api.httpd.RequestHandlerClass
+    original = getattr(handler, f"do_{method}")
+
+    def do(self):
+        if match(self.path):
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # the client gave up and closed the connection
+                behaviour(self)
+        else:
+            original(self)
+
+    monkeypatch.setattr(handler, f"do_{method}", do)
+
+
+def _drip_head(h):
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"[:12]:
+        h.wfile.write(bytes([byte]))
+        time.sleep(DRIP_S)
+
+
+def _drip_body(h):
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", "64")
+    h.end_headers()
+    for _ in range(12):
+        h.wfile.write(b" ")
+        time.sleep(DRIP_S)
+
+
+def _flood_chunked(h):
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    chunk = b"10000\r\n" + b"[" * 0x10000 + b"\r\n"
+    for _ in range(1024):  # 64 MiB, then the server gives up
+        h.wfile.write(chunk)
+
+
+def _flood_declared(h):
+    h.send_response(200)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(2_300_000_000))
+    h.end_headers()
+    for _ in range(1024):
+        h.wfile.write(b" " * 0x10000)
+
+
+def _connect(rack, **kw):
+    ca = str(rack.api.cert_path)
+    return NvueRestConnection(
+        "127.0.0.1", rack.api.port, "cumulus", PASSWORD, cafile=ca, switch="leaf-rest", **kw
+    )
+
+
+def _one_line_without_secrets(msg):
+    token = base64.b64encode(f"cumulus:{PASSWORD}".encode()).decode()
+    assert "\n" not in msg.strip(), msg
+    for secret in (PASSWORD, token, f"cumulus:{PASSWORD}"):
+        assert secret not in msg, msg
+
+
+@pytest.mark.parametrize("behaviour", [_drip_head, _drip_body], ids=["status-line", "body"])
+def test_a_dripping_server_is_cut_off_at_the_request_deadline(rest_rack, monkeypatch, behaviour):
+    _misbehave(monkeypatch, rest_rack, lambda p: p == "/nvue_v1/system", behaviour)
+    t0 = time.monotonic()
+    with pytest.raises(RestError) as exc:
+        _connect(rest_rack, timeout=1.0)
+    assert time.monotonic() - t0 < 2.5
+    msg = str(exc.value)
+    _one_line_without_secrets(msg)
+    assert "gave no complete answer within 1 s" in msg, msg
+
+
+@pytest.mark.parametrize("behaviour", [_flood_chunked, _flood_declared], ids=["chunked", "content-length"])
+def test_a_flooding_server_is_cut_off_at_the_body_cap(rest_rack, monkeypatch, behaviour):
+    _misbehave(monkeypatch, rest_rack, lambda p: p == "/nvue_v1/system", behaviour)
+    t0 = time.monotonic()
+    with pytest.raises(RestError) as exc:
+        _connect(rest_rack, timeout=5.0)
+    assert time.monotonic() - t0 < 5.0
+    msg = str(exc.value)
+    _one_line_without_secrets(msg)
+    assert f"larger than {4 * 1024 * 1024} bytes" in msg, msg
+
+
+def test_a_redirect_is_refused_not_followed(rest_rack, monkeypatch):
+    def redirect(h):
+        h.send_response(301)
+        h.send_header("Location", f"https://cumulus:{PASSWORD}@198.51.100.1/nvue_v1/system")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    _misbehave(monkeypatch, rest_rack, lambda p: p == "/nvue_v1/system", redirect)
+    with pytest.raises(RestError) as exc:
+        _connect(rest_rack, timeout=2.0)
+    msg = str(exc.value)
+    _one_line_without_secrets(msg)
+    assert "answered HTTP 301 Moved Permanently, a redirect; fabricops does not follow redirects" in msg
+    assert "198.51.100.1" not in msg
+
+
+def test_error_answers_never_echo_credentials(rest_rack, monkeypatch):
+    """One server echoed the request's basic-auth header in its error body."""
+
+    def echo(h):
+        auth = h.headers.get("Authorization")
+        detail = (
+            f"backend refused\nthe request: GET {h.path} Authorization: {auth} "
+            f"(user cumulus:{PASSWORD}, password={PASSWORD})"
+        )
+        data = json.dumps({"title": "Internal Server Error", "status": 500, "detail": detail}).encode()
+        h.send_response(500)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def html(h):
+        data = f"<html><pre>Authorization: {h.headers.get('Authorization')}</pre></html>".encode()
+        h.send_response(502)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    c = rest_rack.connect()
+    _misbehave(monkeypatch, rest_rack, lambda p: p.startswith("/nvue_v1/qos"), echo)
+    out = c.send_command("nv show qos roce -o json")
+    assert out.startswith("Error: HTTP 500: backend refused the request: GET /nvue_v1/qos/roce"), out
+    _one_line_without_secrets(out)
+    assert "********" in out and len(out) < 250
+    _misbehave(monkeypatch, rest_rack, lambda p: p.startswith("/nvue_v1/qos"), html)
+    out = c.send_command("nv show qos roce -o json")
+    assert out == "Error: leaf-rest: GET /nvue_v1/qos/roce answered HTTP 502 Bad Gateway.\n", out
+
+
+def test_the_apply_has_an_overall_deadline(rest_rack, monkeypatch):
+    """Each poll answers within the request deadline, the revision never leaves pending: the apply
+    stops at its own deadline."""
+
+    def pending(h):
+        time.sleep(0.3)
+        data = json.dumps({"state": "pending", "transition": {"issue": {}, "progress": ""}}).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    c = _connect(rest_rack, timeout=1.0, apply_timeout=1.5)
+    assert c.send_command("nv set qos roce mode lossless") == ""
+    _misbehave(monkeypatch, rest_rack, lambda p: p.startswith("/nvue_v1/revision/changeset"), pending)
+    t0 = time.monotonic()
+    out = c.send_command("nv config apply -y")
+    assert time.monotonic() - t0 < 2.5
+    assert out.startswith("Error: the revision changeset/"), out
+    assert "after 1.5 s (the apply's deadline)" in out, out
+
+
+def test_a_dripping_apply_poll_releases_the_switch_lock_within_the_deadline(rest_rack, monkeypatch):
+    """roce_switch holds the switch's lock around the whole change: a server that drips its answer
+    to the apply's poll must not hold the lock (the client gives up at its deadline)."""
+    _misbehave(monkeypatch, rest_rack, lambda p: p.startswith("/nvue_v1/revision/changeset"), _drip_body)
+    t0 = time.monotonic()
+    with pytest.raises(FabricopsError) as exc:
+        _run(lambda: _connect(rest_rack, timeout=1.0), "leaf-x", state="merged")
+    assert time.monotonic() - t0 < 5.0
+    assert "\n" not in str(exc.value).strip()
+    with switch_lock("leaf-x", "the next change"):  # released: taken at once
+        pass
