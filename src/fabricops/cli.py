@@ -7,7 +7,10 @@ not run, 5 invalid input data, 130 interrupted, 141 stdout closed by its reader.
 
 A failure is one line on stderr, never a traceback: a :class:`FabricopsError` prints its sentence;
 an unexpected exception prints ``fabricops CMD: internal error: Type: message; details in LOG``
-with the traceback written to LOG (:func:`log_dir`) and exits 4.
+with the traceback written to LOG (:func:`log_dir`, mode 0600, credentials masked) and exits 4.
+Two exceptions are no bug: a JSON or YAML input nested deeper than Python's recursion limit is
+invalid input (5), and stdout that cannot be written is 141 for a closed pipe (quietly), else 4
+with one line (``/dev/full``, a closed file descriptor).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ import traceback
 from pathlib import Path
 
 from fabricops import __version__
+from fabricops.cliopts import redact_argv, redact_text, terminal_safe
 from fabricops.errors import (
+    EXIT_BADINPUT,
     EXIT_INTERRUPTED,
     EXIT_NORUN,
     EXIT_PIPE,
     EXIT_USAGE,
+    CouldNotRun,
     FabricopsError,
 )
 
@@ -82,41 +88,141 @@ def log_dir() -> Path:
 
 
 def _write_log(command: str, argv: list[str], exc: BaseException) -> Path | None:
-    from fabricops.drift.report import redact
-
+    """The traceback, with credentials masked, in a new 0600 file of :func:`log_dir` (made 0700);
+    failing that a new file of unpredictable name in the temporary directory (``mkstemp``); None
+    when neither can be written."""
     stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
-    text = redact(
-        f"fabricops {__version__} {command}: internal error\nargv: {argv!r}\npython: {sys.version}\n\n"
-        + "".join(traceback.format_exception(exc))
+    text = redact_text(
+        f"fabricops {__version__} {command}: internal error\nargv: {redact_argv(argv)!r}\n"
+        f"python: {sys.version}\n\n" + "".join(traceback.format_exception(exc))
     )
-    for directory in (log_dir(), Path(tempfile.gettempdir())):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"fabricops-{command}-{stamp}-{os.getpid()}.log"
-            path.write_text(text, encoding="utf-8")
-            return path
+    data = text.encode("utf-8", "backslashreplace")
+    name = f"fabricops-{command}-{stamp}-{os.getpid()}"
+    try:
+        directory = log_dir()
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = directory / f"{name}.log"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        try:  # never a predictable name in a shared directory: another user could have put a link there
+            fd, tmp = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
         except OSError:
-            continue
-    return None
+            return None
+        path = Path(tmp)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError:
+        return None
+    return path
 
 
 def _one_line(exc: BaseException) -> str:
-    from fabricops.drift.report import redact
-
     msg = " ".join(str(exc).split())
     if len(msg) > 200:
         msg = msg[:197] + "..."
-    return redact(f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__)
+    return terminal_safe(redact_text(f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__))
 
 
 def _quiet_broken_pipe() -> int:
     # Python would print "Exception ignored ... BrokenPipeError" when it flushes stdout at exit.
+    _drop_stdout()
+    return EXIT_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null: what is still buffered for stdout goes nowhere at exit,
+    instead of failing again there ("Exception ignored ...", exit 120)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
-    return EXIT_PIPE
+
+
+class StdoutError(CouldNotRun):
+    """stdout cannot be written (``/dev/full``, a closed file descriptor): no report reached it."""
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: what is written has its control characters shown as
+    ``\\xNN`` (:func:`fabricops.cliopts.terminal_safe`: a host's escape sequence never drives the
+    terminal, nor a file that is later shown on one); a write that fails (other than a closed pipe,
+    which is 141) is :class:`StdoutError`, one sentence and 4, not an internal error."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _call(self, name: str, *args):
+        if self._stream is None:
+            raise StdoutError("cannot write to stdout: it is closed; redirect it (> FILE, > /dev/null)")
+        try:
+            return getattr(self._stream, name)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(f"cannot write to stdout ({exc.strerror or exc})") from None
+
+    def write(self, text: str) -> int:
+        self._call("write", terminal_safe(text))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        self._call("writelines", [terminal_safe(line) for line in lines])
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            self._call("flush")
+
+    def isatty(self) -> bool:
+        return bool(self._stream is not None and self._stream.isatty())
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _hold_closed_fds() -> None:
+    """Started with stdout or stderr closed (``>&-``): Python leaves sys.stdout None, and the next
+    file opened would get descriptor 1 (a report, an ansible child's output, would land in it).
+    /dev/null holds the descriptor; writes to stdout still fail, as :class:`_Stdout` says."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                if devnull != fd:
+                    os.dup2(devnull, fd)
+                    os.close(devnull)
+            except OSError:
+                pass
+        if name == "stderr":
+            sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+
+
+def _json_too_deep(exc: BaseException) -> bool:
+    """A RecursionError raised while decoding JSON or YAML: the input is nested too deeply."""
+    if not isinstance(exc, RecursionError):
+        return False
+    import json
+
+    tb, last = exc.__traceback__, ""
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    roots = [os.path.dirname(json.__file__)]
+    try:
+        import yaml
+
+        roots.append(os.path.dirname(yaml.__file__))
+    except ImportError:  # pragma: no cover - a dependency
+        pass
+    return any(last.startswith(root + os.sep) for root in roots)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,12 +236,26 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     command = getattr(args, "command", None) or "?"
+    _hold_closed_fds()
+    stdout = sys.stdout
+    sys.stdout = _Stdout(stdout)
+    try:
+        return _run(args, command, argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: argparse.Namespace, command: str, argv: list[str]) -> int:
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
         return status
-    except FabricopsError as exc:
+    except StdoutError as exc:
         print(f"fabricops {command}: {exc}", file=sys.stderr)
+        _drop_stdout()
+        return int(exc.exit_status)
+    except FabricopsError as exc:
+        print(f"fabricops {command}: {terminal_safe(str(exc))}", file=sys.stderr)
         return int(getattr(exc, "exit_status", EXIT_NORUN))
     except KeyboardInterrupt:
         print(f"fabricops {command}: interrupted", file=sys.stderr)
@@ -145,8 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         raise
     except Exception as exc:  # the one place a bug becomes one line, not a traceback
+        if _json_too_deep(exc):
+            print(
+                f"fabricops {command}: invalid input: a JSON or YAML document is nested too deeply to "
+                "read (no fabricops input nests that deep); check the files given to this command",
+                file=sys.stderr,
+            )
+            return EXIT_BADINPUT
         log = _write_log(command, argv, exc)
-        where = f"; details in {log}" if log else ""
+        where = f"; details in {log}" if log else "; no log written (no log directory could be written)"
         print(f"fabricops {command}: internal error: {_one_line(exc)}{where}", file=sys.stderr)
         return EXIT_NORUN
 

@@ -1144,7 +1144,10 @@ def _check_raw(path: Path, raw: Any) -> dict[str, Any]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        # a regular file only, size-capped: a FIFO would hang the run, /dev/zero never ends
+        return json.loads(cliopts.read_input(path, str(path)).decode("utf-8"))
+    except RecursionError:
+        raise DiagnoseError(f"{path}: not evidence JSON (nested too deeply)") from None
     except OSError as exc:
         raise CouldNotRun(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:

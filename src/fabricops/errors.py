@@ -21,8 +21,10 @@ EXIT_MEANING = {
     EXIT_FAILED: "ran, and checks failed (verify: a check failed; diagnose: a fault was found)",
     EXIT_USAGE: "usage error (bad flags or arguments)",
     EXIT_DRIFT: "drift found (after --fix: drift still there)",
-    EXIT_NORUN: "could not run (no verdict: nothing read, nothing checked, or an internal error)",
-    EXIT_BADINPUT: "invalid input data (not that tool's output, malformed evidence, too large, not UTF-8)",
+    EXIT_NORUN: "could not run (no verdict: nothing read, nothing checked, an output or stdout that cannot "
+    "be written, or an internal error)",
+    EXIT_BADINPUT: "invalid input data (not that tool's output, malformed evidence, too large, not UTF-8, "
+    "nested too deeply, not a regular file)",
     EXIT_INTERRUPTED: "interrupted",
     EXIT_PIPE: "stdout was closed by its reader before the output was written",
 }

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import stat
 import subprocess
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -86,6 +91,13 @@ def w(tmp_path_factory) -> Path:
     evdir("ev-ctx-switches", {"gpu01": evidence()}, context={"switch_states": ["leaf-a"]})
     evdir("ev-bad-evidence", {"gpu01": {"sysfs": "not a result"}})
     evdir("ev-bad-json", {"gpu01": "[[["})
+    deep = "[" * 100_000 + "]" * 100_000  # deeper than Python's recursion limit, 200 KB
+    (d / "baseline-deep.json").write_text(deep)
+    evdir("ev-deep", {"gpu01": deep})
+    os.mkfifo(d / "fifo")  # no writer: reading it would wait forever
+    (d / "ev-fifo").mkdir()
+    os.mkfifo(d / "ev-fifo" / "gpu01.json")  # evidence that is a FIFO: diagnose hung on it
+    (d / "link.json").symlink_to(d / "link-target.json")  # a report must not be written through it
     return d
 
 
@@ -117,6 +129,13 @@ ROWS = [
     ("diagnose-hosts-and-limit", ["diagnose", "-l", "gpu01", "gpu02"], EXIT_USAGE, "not both"),
     ("drift-two-stdouts", ["drift", "-i", "{w}/ok.yml", "--json", "-", "--junit", "-"], EXIT_USAGE,
      "both want stdout"),
+    ("plan-empty-json", ["plan", "--gpus", "64", "--json", ""], EXIT_USAGE, "empty file name"),
+    ("verify-empty-json", ["verify", "-i", "{w}/ok.yml", "--json", ""], EXIT_USAGE, "empty file name"),
+    ("plan-zero-params", ["plan", "--gpus", "64", "--model-params", "0"], EXIT_USAGE, "give no plan"),
+    ("plan-tiny-params", ["plan", "--gpus", "64", "--model-params", "1e-308"], EXIT_USAGE, "give no plan"),
+    ("plan-zero-micro-batches", ["plan", "--gpus", "64", "--pipeline-stages", "2", "--micro-batch", "1",
+                                 "--seq-len", "4096", "--hidden", "8192", "--micro-batches", "0"], EXIT_USAGE,
+     "--micro-batches: 0 is not a positive whole number"),
     # 4: could not run
     ("parse-missing-file", ["parse", "ibstat", "{w}/nope.txt"], EXIT_NORUN, "cannot read"),
     ("verify-no-inventory", ["verify", "-i", "{w}/nope.yml"], EXIT_NORUN, "does not exist"),
@@ -154,6 +173,9 @@ ROWS = [
      "does not exist"),
     ("plan-inventory-unwritable", ["plan", "--gpus", "64", "--write-inventory", "/proc/fabricops"],
      EXIT_NORUN, "cannot write"),
+    ("plan-json-symlink", ["plan", "--gpus", "64", "--json", "{w}/link.json"], EXIT_NORUN, "symbolic link"),
+    ("verify-junit-symlink", ["verify", "-i", "{w}/ok.yml", "--junit", "{w}/link.json"], EXIT_NORUN,
+     "symbolic link"),
     # 5: invalid input data
     ("parse-empty-input", ["parse", "ibstat", "{w}/ibstat-empty.txt"], EXIT_BADINPUT, "input is not ibstat"),
     ("verify-baseline-foreign", ["verify", "-i", "{w}/ok.yml", "--counters-baseline",
@@ -172,6 +194,19 @@ ROWS = [
      "not evidence JSON"),
     ("diagnose-evidence-notjson", ["diagnose", "--from-evidence", "{w}/ev-bad-json"], EXIT_BADINPUT,
      "not JSON"),
+    ("verify-baseline-deep", ["verify", "-i", "{w}/ok.yml", "--counters-baseline", "{w}/baseline-deep.json"],
+     EXIT_BADINPUT, "nested too deeply"),
+    ("diagnose-evidence-deep", ["diagnose", "--from-evidence", "{w}/ev-deep"], EXIT_BADINPUT,
+     "nested too deeply"),
+    ("verify-baseline-fifo", ["verify", "-i", "{w}/ok.yml", "--counters-baseline", "{w}/fifo"], EXIT_BADINPUT,
+     "not a regular file (a FIFO)"),
+    ("verify-baseline-dev-zero", ["verify", "-i", "{w}/ok.yml", "--counters-baseline", "/dev/zero"],
+     EXIT_BADINPUT, "not a regular file (a character device)"),
+    ("verify-extra-vars-fifo", ["verify", "-i", "{w}/ok.yml", "-e", "@{w}/fifo"], EXIT_BADINPUT,
+     "not a regular file (a FIFO)"),
+    ("parse-fifo", ["parse", "ibstat", "{w}/fifo"], EXIT_BADINPUT, "not a regular file (a FIFO)"),
+    ("diagnose-evidence-fifo", ["diagnose", "--from-evidence", "{w}/ev-fifo"], EXIT_BADINPUT,
+     "not a regular file (a FIFO)"),
     # 1: ran, checks failed / a fault found
     ("verify-check-fails", ["verify", "-i", "{w}/ok.yml", "-l", "h1", "--profile", "hgx-h100-ndr", "-q"],
      EXIT_FAILED, ""),
@@ -186,11 +221,37 @@ ROWS = [
 ]
 
 
+@contextmanager
+def bounded(seconds: int, more_memory: int = 2 << 30):
+    """A row that would hang (a FIFO opened for reading) or eat the machine's memory (/dev/zero read
+    whole) fails instead of stopping the suite: SIGALRM after ``seconds``, MemoryError past
+    ``more_memory`` bytes of address space more than now."""
+    import resource
+
+    def expired(*_):
+        raise TimeoutError(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    now = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = now + more_memory
+    if limits[1] == resource.RLIM_INFINITY or cap < limits[1]:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, limits[1]))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+        signal.signal(signal.SIGALRM, old)
+
+
 @pytest.mark.parametrize(("argv", "status", "says"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_exit_status_table(w, argv, status, says, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     argv = [a.replace("{w}", str(w)) for a in argv]
-    rc = cli.main(argv)
+    with bounded(300):
+        rc = cli.main(argv)
     out, err = capsys.readouterr()
     assert rc == status, f"{argv}: exit {rc}, expected {status}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
     one_line(err)
@@ -239,24 +300,49 @@ def test_help_and_version_exit_0(capsys):
     assert "--limit" in capsys.readouterr().out
 
 
-def test_internal_error_is_one_line_and_a_log(monkeypatch, tmp_path, capsys):
-    from fabricops.plan import cli as plan_cli
+#: (id, argv, the function that raises, where the log goes, what must not be in the log or on stderr)
+INTERNAL_ERRORS = [
+    ("plan", ["plan", "--gpus", "8"], "fabricops.plan.cli:make_plan", "log-dir", "hunter2"),
+    # -e in its JSON form: the password must be masked in the argv the log records, like k=v
+    ("verify-extra-vars-json", ["verify", "-e", '{"ansible_become_password": "s3cret-json"}',
+                                "--extra-vars={\"vault\": {\"api_key\": \"k3y-nested\"}}"],
+     "fabricops.verify.cli:cmd_verify", "log-dir", "s3cret-json k3y-nested hunter2"),
+    # the log directory cannot be written: a new file of unpredictable name (mkstemp), never
+    # /tmp/fabricops-plan-<time>-<pid>.log, which another user could have made a link
+    ("log-dir-unwritable", ["plan", "--gpus", "8"], "fabricops.plan.cli:make_plan", "temp", "hunter2"),
+]
+
+
+@pytest.mark.parametrize(("argv", "target", "where", "secrets"), [r[1:] for r in INTERNAL_ERRORS],
+                         ids=[r[0] for r in INTERNAL_ERRORS])
+def test_internal_error_is_one_line_and_a_log(argv, target, where, secrets, monkeypatch, tmp_path, capsys):
+    import importlib
 
     def boom(*a, **k):
         raise RuntimeError("unexpected state\nsecond line password: hunter2")
 
-    monkeypatch.setattr(plan_cli, "make_plan", boom)
-    monkeypatch.setenv("FABRICOPS_LOG_DIR", str(tmp_path / "logs"))
-    assert cli.main(["plan", "--gpus", "8"]) == EXIT_NORUN
+    module, attr = target.split(":")
+    monkeypatch.setattr(importlib.import_module(module), attr, boom)
+    logs, temp = tmp_path / "logs", tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setenv("FABRICOPS_LOG_DIR", str(logs) if where == "log-dir" else "/proc/fabricops/logs")
+    assert cli.main(argv) == EXIT_NORUN
     out, err = capsys.readouterr()
     assert out == ""
     one_line(err)
-    assert err.startswith("fabricops plan: internal error: RuntimeError: unexpected state second line")
+    assert err.startswith(f"fabricops {argv[0]}: internal error: RuntimeError: unexpected state second line")
     log = Path(err.strip().rsplit("details in ", 1)[1])
-    assert log.parent == tmp_path / "logs"
+    assert log.parent == (logs if where == "log-dir" else temp)
+    if where == "log-dir":
+        assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    else:
+        assert not re.fullmatch(r"fabricops-plan-\d{8}T\d{6}-\d+\.log", log.name), log.name
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600  # argv and a traceback: the user's eyes only
     text = log.read_text()
     assert "Traceback (most recent call last)" in text and "boom" in text
-    assert "hunter2" not in text and "hunter2" not in err
+    for secret in secrets.split():
+        assert secret not in text and secret not in err, secret
 
 
 def test_log_dir_follows_xdg(monkeypatch, tmp_path):
@@ -265,21 +351,47 @@ def test_log_dir_follows_xdg(monkeypatch, tmp_path):
     assert cli.log_dir() == tmp_path / "fabricops" / "logs"
 
 
-@pytest.mark.parametrize(
-    "argv", [["plan", "--gpus", "512", "--json", "-"], ["parse", "ibstat", "{w}/ibstat-ok.txt"]]
-)
-def test_closed_stdout_is_quiet_141(w, argv):
-    """`fabricops ... | head`: the reader went away. No traceback, no 'Exception ignored', 141."""
+def _stdout_gone(how: str):
+    """stdout for the child: a pipe whose reader is gone, /dev/full, or no descriptor 1 at all (>&-)."""
+    if how == "pipe":
+        r, wfd = os.pipe()
+        os.close(r)  # the reader is gone before the first write
+        return wfd, None
+    if how == "full":
+        return os.open("/dev/full", os.O_WRONLY), None
+    return None, lambda: os.close(1)
+
+
+#: (id, argv, what stdout is, status, stderr): a closed pipe is the quiet 141; any other stdout that
+#: cannot be written is "could not run" (4) in one line, never an internal error
+STDOUT_ROWS = [
+    ("pipe-plan-json", ["plan", "--gpus", "512", "--json", "-"], "pipe", EXIT_PIPE, ""),
+    ("pipe-parse", ["parse", "ibstat", "{w}/ibstat-ok.txt"], "pipe", EXIT_PIPE, ""),
+    ("dev-full-plan", ["plan", "--gpus", "512"], "full", EXIT_NORUN,
+     "fabricops plan: cannot write to stdout (No space left on device)\n"),
+    ("closed-fd-parse", ["parse", "ibstat", "{w}/ibstat-ok.txt"], "closed", EXIT_NORUN,
+     "fabricops parse: cannot write to stdout: it is closed; redirect it (> FILE, > /dev/null)\n"),
+]
+
+
+@pytest.mark.parametrize(("argv", "how", "status", "stderr"), [r[1:] for r in STDOUT_ROWS],
+                         ids=[r[0] for r in STDOUT_ROWS])
+def test_unwritable_stdout(w, argv, how, status, stderr):
+    """`fabricops ... | head`: the reader went away: no traceback, no 'Exception ignored', 141.
+    `> /dev/full` or `>&-`: one line, 4."""
+    if how == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
     argv = [a.replace("{w}", str(w)) for a in argv]
-    r, wfd = os.pipe()
-    os.close(r)  # the reader is gone before the first write
+    fd, preexec = _stdout_gone(how)
     try:
-        proc = subprocess.run([PY, "-m", "fabricops.cli", *argv], stdout=wfd, stderr=subprocess.PIPE,
-                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        proc = subprocess.run([PY, "-m", "fabricops.cli", *argv], stdout=fd, stderr=subprocess.PIPE,
+                              preexec_fn=preexec, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     finally:
-        os.close(wfd)
-    assert proc.returncode == EXIT_PIPE, proc.stderr
-    assert proc.stderr == ""
+        if fd is not None:
+            os.close(fd)
+    assert proc.returncode == status, proc.stderr
+    assert proc.stderr == stderr
 
 
 def _run(argv, capsys):

@@ -2,18 +2,23 @@
 
 Input is read as bytes, at most the tool's size cap plus one byte (so 60 MB on a pipe is refused
 after reading ~4 MB, not loaded whole), and decoded strictly as UTF-8: too large or not UTF-8 is
-a ParseError of one line, like input that is not the tool's output. Output goes out in one write;
+a ParseError of one line, like input that is not the tool's output. FILE must be a regular file:
+a FIFO (which would wait for a writer forever) or a device (``/dev/zero``) is refused with one
+line, invalid input (5); a pipe is read as stdin, ``-``. Output goes out in one write;
 a reader that goes away (``| head``) ends the command quietly, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import stat
 import sys
 
-from fabricops.errors import FabricopsError
+from fabricops.cliopts import file_kind
+from fabricops.errors import BadInput, FabricopsError
 from fabricops.parsers import PARSERS, max_bytes, parse, to_data
 from fabricops.parsers._text import decode, too_large
 
@@ -46,10 +51,20 @@ def _read(path: str, tool: str) -> str:
         data = _read_capped(getattr(sys.stdin, "buffer", sys.stdin), limit, tool)
     else:
         try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size > limit:
-                    raise too_large(tool, limit, size)
+            # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then says what it is
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with open(fd, "rb") as fh:
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                if not stat.S_ISREG(st.st_mode):
+                    raise BadInput(
+                        f"{path}: not a regular file ({file_kind(st.st_mode)}); give a file, "
+                        f"or - to read {tool} output from stdin"
+                    )
+                if st.st_size > limit:
+                    raise too_large(tool, limit, st.st_size)
+                os.set_blocking(fd, True)
                 data = _read_capped(fh, limit, tool)
         except OSError as exc:
             raise FabricopsError(f"cannot read {path}: {exc.strerror}") from None

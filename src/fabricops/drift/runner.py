@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops import paths
-from fabricops.cliopts import STRICT_INVENTORY, ansible_error
+from fabricops.cliopts import STRICT_INVENTORY, ansible_error, redact_argv
 from fabricops.errors import CouldNotRun, FabricopsError
 
 #: Phases a drift run leaves out of site.yml by default: verification measures, it declares nothing.
@@ -34,6 +34,7 @@ class Run:
     status: str
     rc: int
     stdout: str = ""
+    #: the command line, fit to log or show: -e values with credential-looking keys masked
     argv: list[str] = field(default_factory=list)
 
 
@@ -214,4 +215,4 @@ def run_playbook(
         except Exception:  # stdout is a convenience; the events are the record
             stdout = ""
     return Run(events=events, status=r.status, rc=r.rc if r.rc is not None else 1, stdout=stdout,
-               argv=["ansible-playbook", *cmd, str(playbook)])
+               argv=redact_argv(["ansible-playbook", *cmd, str(playbook)]))

@@ -1,9 +1,10 @@
 """``fabricops plan``: from a training job and a GPU count to a fabric design (docs/plan.md).
 
 Exit status (docs/cli.md): 0 the plan was made (and written); 2 usage error: a flag value that is
-not a finite number or that no plan can be made for (one sentence says what to fix); 4 a --json
-or --write-inventory destination that cannot be written. With ``--json -`` stdout carries only the
-JSON (the table is not printed).
+not a finite number or that no plan can be made for (zero or fewer parameters, micro-batches, ...;
+more than :data:`MAX_MODEL_PARAMS` parameters; an empty --json name: one sentence says what to
+fix); 4 a --json or --write-inventory destination that cannot be written. With ``--json -``
+stdout carries only the JSON (the table is not printed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from fabricops.plan.recommend import BUDGETS, Plan, make_plan
 __all__ = ["register", "render_table", "run"]
 
 
+#: 10^15 parameters, some 500 times the largest model trained so far: more is a typo, not a plan
+MAX_MODEL_PARAMS = 1e15
+#: the most a count flag (micro-batches, sequence length, hidden size, stages) may be
+MAX_COUNT = 10**9
+
+
 def finite(text: str) -> float:
     """A float flag: nan, inf and values that overflow to inf are usage errors, not tracebacks."""
     try:
@@ -30,6 +37,27 @@ def finite(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def model_params(text: str) -> float:
+    """--model-params: a finite number from 1 to MAX_MODEL_PARAMS (0 or 1e-308 is no model)."""
+    value = finite(text)
+    if not 1 <= value <= MAX_MODEL_PARAMS:
+        raise argparse.ArgumentTypeError(
+            f"{text} parameters would give no plan: give a number from 1 to {MAX_MODEL_PARAMS:.0e} (e.g. 7e9)"
+        )
+    return value
+
+
+def count(text: str) -> int:
+    """A count flag: a whole number from 1 to MAX_COUNT (0 would be silently replaced by a default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive whole number (1 to {MAX_COUNT:,})")
     return value
 
 
@@ -62,7 +90,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--rails", type=int, default=None, help="NIC ports per node into the fabric (default: one per GPU)"
     )
-    p.add_argument("--model-params", type=finite, default=7e9, help="model parameters (default 7e9)")
+    p.add_argument("--model-params", type=model_params, default=7e9, help="model parameters (default 7e9)")
     p.add_argument(
         "--precision", default="bf16", help="gradient precision: fp32, bf16, fp16, fp8 (default bf16)"
     )
@@ -73,11 +101,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--strategy", choices=("dp", "sharded"), default="dp", help="dp all-reduce or sharded (ZeRO-3/FSDP)"
     )
-    p.add_argument("--pipeline-stages", type=int, default=1, help="pipeline-parallel stages (default 1)")
-    p.add_argument("--micro-batch", type=int, default=None, help="micro-batch size (pipeline activations)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (pipeline activations)")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size (pipeline activations)")
-    p.add_argument("--micro-batches", type=int, default=None, help="micro-batches per step (default: stages)")
+    p.add_argument("--pipeline-stages", type=count, default=1, help="pipeline-parallel stages (default 1)")
+    p.add_argument("--micro-batch", type=count, default=None, help="micro-batch size (pipeline activations)")
+    p.add_argument("--seq-len", type=count, default=None, help="sequence length (pipeline activations)")
+    p.add_argument("--hidden", type=count, default=None, help="hidden size (pipeline activations)")
+    p.add_argument(
+        "--micro-batches", type=count, default=None, help="micro-batches per step (default: stages)"
+    )
     p.add_argument("--switch", default=None, help=f"switch model: {', '.join(SWITCHES)}")
     p.add_argument("--budget", choices=BUDGETS, default="high", help="budget (default high)")
     p.add_argument("--cloud", action="store_true", help="the cluster runs in a cloud provider's fabric")
@@ -166,6 +196,8 @@ def render_table(plan: Plan) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json is not None and not args.json.strip():
+        raise UsageError("--json was given an empty file name; give a file, or - for stdout")
     try:
         plan = make_plan(
             args.gpus,

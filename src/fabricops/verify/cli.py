@@ -4,7 +4,8 @@ Exit status (docs/cli.md): 0 every check passed on every host; 1 a check failed 
 reached (a check that could not run there counts as failed: fails closed); 4 could not run: the
 inventory is missing, broken or matches no host, the counters baseline is missing, every host was
 unreachable, or some host was unreachable and nothing failed elsewhere (it is listed as not
-checked); 5 the counters baseline is not a verify JSON report; 2 usage error (bad flag, unknown
+checked); 5 the counters baseline is not a verify JSON report or holds a value that is not a
+counter reading (a non-negative integer of at most 64 bits); 2 usage error (bad flag, unknown
 profile).
 """
 
@@ -87,16 +88,19 @@ def load_baseline(path: Path) -> dict[str, Any]:
 
     from fabricops.verify.engine import baseline_from_report
 
+    # a regular file of at most MAX_INPUT_BYTES: a FIFO would hang, /dev/zero would never end
+    raw = cliopts.read_input(path, f"--counters-baseline {path}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CouldNotRun(f"--counters-baseline {path}: cannot read ({exc.strerror or exc})") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"--counters-baseline {path}: not a verify --json report (not UTF-8)") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise BadInput(f"--counters-baseline {path}: not a fabricops verify --json report ({exc})") from None
+    except RecursionError:
+        raise BadInput(f"--counters-baseline {path}: not a fabricops verify --json report "
+                       "(nested too deeply to read)") from None
     from fabricops.verify.report import SCHEMA
 
     if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("results"), list)):  # noqa: E501
@@ -104,7 +108,9 @@ def load_baseline(path: Path) -> dict[str, Any]:
                        f"(expected schema {SCHEMA} with results)")
     try:
         return baseline_from_report(data)
-    except (AttributeError, TypeError, KeyError) as exc:
+    except BadInput as exc:  # a value that is not a counter reading (NaN, 1e18, -1, "x", true)
+        raise BadInput(f"--counters-baseline {path}: {exc}") from None
+    except (AttributeError, TypeError, KeyError, RecursionError) as exc:
         raise BadInput(f"--counters-baseline {path}: malformed results ({type(exc).__name__})") from None
 
 

@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
+from fabricops.cliopts import terminal_safe, xml_safe
 from fabricops.errors import EXIT_FAILED, EXIT_NORUN, EXIT_OK
 from fabricops.verify.pairs import blame
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
@@ -34,13 +35,19 @@ def summary(results: list[CheckResult]) -> dict[str, int]:
     }
 
 
+def hosts_of(r: CheckResult) -> list[str]:
+    """The hosts a result is about: one host, a pair ``a<->b``, or a multi-host check ``a,b,c``
+    (the NCCL phase, rail consistency)."""
+    return [h for pair in r.host.split(",") for h in pair.split("<->") if h]
+
+
 def exit_status(run: Any, not_checked: Any = None) -> int:
     """1 when a check failed on a host that was reached (its own failure, not a pair with an
     unreached host); else 4 when a host was not checked or there were no hosts; else 0."""
     not_checked = not_checked or {}
     if not run.hosts:
         return EXIT_NORUN
-    real = [r for r in run.results if not r.ok and not any(h in not_checked for h in r.host.split("<->"))]
+    real = [r for r in run.results if not r.ok and not any(h in not_checked for h in hosts_of(r))]
     if real:
         return EXIT_FAILED
     if not_checked:
@@ -119,7 +126,8 @@ def to_json(run: Any, not_checked: Any = None, status: int | None = None) -> str
 
 def to_junit(run: Any, not_checked: Any = None) -> str:
     """JUnit XML: one <testsuite> per category, one <testcase> per result; a host that was not
-    checked is one more <error> case (a CI never reads a host it could not reach as passed)."""
+    checked is one more <error> case (a CI never reads a host it could not reach as passed). Text
+    from hosts is made XML 1.0 (control characters shown as ``\\xNN``), so the report always parses."""
     root = ET.Element("testsuites", name="fabricops verify")
     not_checked = dict(not_checked or {})
     if not run.hosts:
@@ -173,7 +181,7 @@ def to_junit(run: Any, not_checked: Any = None) -> str:
             else:
                 ET.SubElement(case, "system-out").text = body
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return xml_safe('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
 
 
 def _body(r: CheckResult) -> str:
@@ -193,7 +201,9 @@ def _fmt(v: Any) -> str:
 
 def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> str:
     """The summary a person reads at a glance. A host that was not reached is NOT CHECKED, never
-    "pass"; the head says PASS only for exit status 0."""
+    "pass"; a host in a check that failed or could not run (its own, or a multi-host check's; a
+    pair test only when it could not run or blamed the host) is FAIL, never "pass"; the head says
+    PASS only for exit status 0. Control characters from hosts are shown as ``\\xNN``."""
     s = summary(run.results)
     not_checked = dict(not_checked or {})
     status = _status(run, not_checked, status)
@@ -210,7 +220,7 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
             if any(r.category == c for r in run.results)]
     per: dict[str, dict[str, list[CheckResult]]] = defaultdict(lambda: defaultdict(list))
     for r in run.results:
-        for h in r.host.split("<->"):
+        for h in hosts_of(r):
             per[h][r.category].append(r)
     blamed = blame(run.results)
     width = max([4, *(len(h) for h in run.hosts)])
@@ -221,8 +231,9 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
             rs = per[h][c]
             nbad = sum(1 for r in rs if not r.ok)
             cells.append(f"{'ok' if rs and not nbad else ('-' if not rs else f'{nbad} FAIL'):<8}")
-            if c != "pairs":
-                bad_msgs += [r for r in rs if not r.ok]
+            # a failed pair test blames a host only through `blamed`; one that could not run is the
+            # host's failure too (fails closed), as is any other check it took part in
+            bad_msgs += [r for r in rs if not r.ok and (c != "pairs" or r.status == ERROR)]
         rails = sorted(rail for (bh, rail) in blamed if bh == h)
         verdict = "pass"
         if h in not_checked:
@@ -282,4 +293,4 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
     if skipped:
         out += ["", "NOT PLANNED (skipped)"]
         out += [f"  [{r.category}/{r.check}] {r.message}" for r in skipped]
-    return "\n".join(out) + "\n"
+    return terminal_safe("\n".join(out) + "\n")

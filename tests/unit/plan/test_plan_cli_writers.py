@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import stat
 
 import pytest
 import yaml
@@ -42,6 +43,7 @@ def test_json_7b_fp32(capsys, tmp_path):
         capsys, "--gpus", "64", "--precision", "fp32", "--model-params", "7e9", "--json", str(f)
     )
     assert rc == 0
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600  # a report is the user's until they share it
     data = json.loads(f.read_text())
     assert data["comm"]["gradient_bytes"] == 28_000_000_000
     assert data["comm"]["collective_bytes_per_rank"] == pytest.approx(2 * 63 / 64 * 28e9)
@@ -69,6 +71,9 @@ def test_json_to_stdout(capsys):
         (["--gpus", "64", "--precision", "fp64"], "unknown precision 'fp64'"),
         (["--gpus", "64", "--gpus-per-node", "32"], "--gpus-per-node must be a whole number from 1 to 16"),
         (["--gpus", "64", "--oversubscription", "0.5"], "oversubscription must be 1"),
+        (["--gpus", "64", "--model-params", "0"], "--model-params: 0 parameters would give no plan"),
+        (["--gpus", "64", "--model-params", "1e20"], "give a number from 1 to 1e+15"),
+        (["--gpus", "64", "--hidden", "0"], "--hidden: 0 is not a positive whole number"),
     ],
 )
 def test_bad_input_exits_2_with_one_sentence(capsys, argv, fix):
