@@ -18,10 +18,11 @@ import pytest
 def pytest_configure(config):
     """Each test process (the xdist controller and every worker) gets a runtime directory of its own.
 
-    The switch lock (fabricops.switch.lock) lives in $XDG_RUNTIME_DIR/fabricops/locks, per switch name;
-    the tests' emulated switches share names (leaf-onyx, leaf-cumulus), so two workers changing
-    "their" leaf-cumulus at once would find each other's lock and fail with "another change is
-    running on this switch". Within one process tests run one at a time, as changes from one
+    The switch lock (fabricops.switch.lock) lives in $XDG_RUNTIME_DIR/fabricops/locks (as root only
+    when that directory is root's own, 0700: this one is), per device address and port; the tests'
+    emulated switches listen on loopback and share names (leaf-onyx, leaf-cumulus), so two workers
+    changing "their" leaf-cumulus at once could find each other's lock and fail with "another change
+    is running on this switch". Within one process tests run one at a time, as changes from one
     controller do. Child processes (fabricops, ansible-playbook) inherit the directory.
     """
     if not hasattr(config, "_fabricops_runtime_dir"):
