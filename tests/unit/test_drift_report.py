@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import time
 from xml.etree import ElementTree as ET
 
 import pytest
 from captures import read_fixture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fabricops.drift import report as dr
 from fabricops.errors import EXIT_DRIFT, EXIT_NORUN
@@ -202,6 +206,65 @@ def test_known_secret_values_are_masked_anywhere():
     assert dr.redact(f"x {SECRET} y", [SECRET]) == f"x {dr.REDACTED} y"
     assert dr.redact("username admin password 7 abcd") == f"username admin password {dr.REDACTED}"
     assert dr.redact("NCCL_IB_HCA=mlx5_0") == "NCCL_IB_HCA=mlx5_0"
+
+
+# The pattern redact() applied with re.sub before it was made linear: its results are the spec.
+OLD_SECRET_PAIR = re.compile(
+    r"(?P<key>[\w.-]*" + dr.SECRET_KEY.pattern + r"[\w.-]*)"
+    r"(?P<sep>\s*[:=]\s*|\s+)(?P<value>\"[^\"]*\"|'[^']*'|\S.*)",
+    re.IGNORECASE,
+)
+
+
+def old_redact(text: str) -> str:
+    return OLD_SECRET_PAIR.sub(lambda m: f"{m.group('key')}{m.group('sep')}{dr.REDACTED}", text)
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("username admin password 7 abcd", "username admin password ********"),
+    ("snmp community public\nqos trust L2", "snmp community ********\nqos trust L2"),
+    ("auth failed with password=s3cr3t", "auth failed with password=********"),
+    ('api_token: "a b" tail', 'api_token: ******** tail'),
+    ("x-auth-key  :  'q'\nnext", "x-auth-key  :  ********\nnext"),
+    ("PSK = abc\nuser: bob secret: s", "PSK = ********\nuser: bob secret: ********"),
+    ("password :", "password ********"),
+    ("password:", "password:"),
+    ("my.private-key\n\nvalue", "my.private-key\n\n********"),
+    ('token "unclosed\nx', 'token ********\nx'),
+    ("NCCL_IB_HCA=mlx5_0", "NCCL_IB_HCA=mlx5_0"),
+    ("passwords, tokens", "passwords, tokens"),
+])
+def test_redaction_results_are_those_of_the_old_pattern(text, masked):
+    assert old_redact(text) == masked
+    assert dr.redact(text) == masked
+
+
+WORDS = ["pass", "password", "Token", "api-key", "API_KEY", "community", "psk", "auth_key", "ſecret",
+         "a", "x7", ":", "=", '"', "'", " ", "\t", "\n", "-", ".", "_", "\u00a0", "é"]
+
+
+@settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(WORDS), max_size=25).map("".join))
+def test_redact_finds_what_the_old_pattern_found(text):
+    assert dr.redact(text) == old_redact(text)
+
+
+@pytest.mark.parametrize(("unit", "tail", "masked"), [
+    ("a", " y", False),  # no keyword: every start rescanned the word (quadratic)
+    ("a.b-c_", " y", False),
+    ("pass", "", False),  # keywords but no value after the word: every start x every keyword (cubic)
+    ("pass-", ",", False),
+    ("pass", " y", True),
+], ids=["a", "a.b-c_", "pass", "pass-comma", "pass-value"])
+def test_a_one_megabyte_line_redacts_in_linear_time(unit, tail, masked):
+    """The pattern as a regex retried every start inside a long word: 40 KB of one line took 166 s
+    (quadratic on 'aaa...', cubic on 'passpass...' with no value after it: 2 KB took 15 s)."""
+    line = unit * (2**20 // len(unit))
+    start = time.thread_time()
+    out = dr.redact(line + tail)
+    elapsed = time.thread_time() - start
+    assert elapsed < 2.0, f"{elapsed:.2f} s CPU"
+    assert out == (line + " " + dr.REDACTED if masked else line + tail)
 
 
 def test_module_without_diff_gets_a_note():

@@ -2,7 +2,7 @@
 
 Tool output is untrusted input: a file someone pasted, a pipe, a switch's answer. Every parser is
 wrapped in :func:`bounded`, which refuses input larger than that tool's cap (one line: ``input
-larger than N MB``) and bytes that are not UTF-8 before any parsing starts; :func:`load_json`
+larger than N MB``), bytes that are not UTF-8 and NUL bytes before any parsing starts; :func:`load_json`
 caps nesting depth and number size; YAML goes through :mod:`fabricops.safeyaml` (no aliases).
 The caps per tool are listed in docs/parsers.md.
 """
@@ -76,10 +76,11 @@ def decode(data: bytes, tool: str) -> str:
 def bounded(tool: str, max_mb: int) -> Callable[[F], F]:
     """Decorate a ``parse(text, ...)`` function: refuse input over ``max_mb`` MB or not UTF-8.
 
-    Accepts ``bytes`` too (decoded strictly as UTF-8). A run of more than 40 decimal digits is
-    refused too: no tool prints one, and ``int()`` raises ValueError past 4300 digits, so every
-    ``int(match)`` in the parsers stays safe. ``func.max_bytes`` carries the cap so the CLI can
-    stop reading a pipe as soon as it is exceeded.
+    Accepts ``bytes`` too (decoded strictly as UTF-8). A NUL byte anywhere is refused
+    (:func:`refuse_nul`), so no parser can put one into a record field. A run of more than 40
+    decimal digits is refused too: no tool prints one, and ``int()`` raises ValueError past 4300
+    digits, so every ``int(match)`` in the parsers stays safe. ``func.max_bytes`` carries the cap
+    so the CLI can stop reading a pipe as soon as it is exceeded.
     """
     limit = max_mb * MB
 
@@ -96,6 +97,7 @@ def bounded(tool: str, max_mb: int) -> Callable[[F], F]:
             elif text is not None and len(text) > limit:
                 raise too_large(tool, limit, len(text))
             if text is not None:
+                refuse_nul(text, tool)
                 long_number = _LONG_NUMBER.search(text)
                 if long_number:
                     line = text.count("\n", 0, long_number.start()) + 1
@@ -112,6 +114,23 @@ def bounded(tool: str, max_mb: int) -> Callable[[F], F]:
     return wrap
 
 
+def refuse_nul(text: str, tool: str) -> None:
+    """A NUL byte anywhere is a one-line :class:`InputRefused` naming its line.
+
+    No tool prints one; it comes from a binary file, a damaged capture or a pasted terminal dump,
+    and would otherwise end up inside a record field (a name, a GUID, a value) that later code
+    compares, prints or passes on to a C library as text.
+    """
+    nul = text.find("\x00")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise InputRefused(
+            tool,
+            f"no {tool} output holds NUL bytes (binary or damaged input)",
+            f"a NUL byte (\\x00) on line {line}",
+        )
+
+
 def clean_lines(text: str) -> list[str]:
     """Split into lines with CRs, ANSI colour codes and trailing whitespace removed."""
     text = _ANSI.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
@@ -125,12 +144,12 @@ def to_number(token: str) -> int | float | None:
     '1_000', and ``int()`` raises ValueError beyond 4300 digits.
     """
     token = token.strip()
+    if token.isdecimal() and len(token) <= MAX_NUMBER_CHARS:
+        return int(token)  # the common case, without the pattern (isdecimal: what `\d` matches)
     if not token or len(token) > MAX_NUMBER_CHARS or not _DECIMAL.fullmatch(token):
         return None
-    try:
-        return int(token)
-    except ValueError:
-        pass
+    if "." not in token and "e" not in token and "E" not in token:
+        return int(token)  # [-+]?\d+ here: int() takes it (raising ValueError for '1.5' cost more)
     value = float(token)
     return value if math.isfinite(value) else None
 

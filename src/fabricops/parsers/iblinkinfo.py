@@ -125,7 +125,7 @@ def _bad(lineno: int, what: str) -> ParseError:
     return ParseError(TOOL, EXPECTED, f"line {lineno}: {what}")
 
 
-@bounded(TOOL, max_mb=16)
+@bounded(TOOL, max_mb=8)
 def parse(text: str) -> IbLinkInfo:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -137,13 +137,14 @@ def parse(text: str) -> IbLinkInfo:
         line = raw.strip()
         if not line:
             continue
-        if line.startswith(("ibwarn:", "iblinkinfo:", "ibpanic:", "WARN:")):
+        first = line[0]
+        if first in "iW" and line.startswith(("ibwarn:", "iblinkinfo:", "ibpanic:", "WARN:")):
             warnings.append(line)
             continue
-        m = _HEADER.match(line)
+        m = _HEADER.match(line) if first in "SCR" else None
         if m and "==(" not in line:
-            kind = m.group(1)
-            node = LinkNode(kind=kind, desc=m.group(3), guid=m.group(2).lower() if m.group(2) else None)
+            kind, guid, desc = m.groups()
+            node = LinkNode(kind, desc, guid.lower() if guid else None)
             nodes.append(node)
             continue
         lm = _LINE_MODE.match(line)

@@ -137,7 +137,7 @@ def _bad(lineno: int, what: str) -> ParseError:
     return ParseError(TOOL, EXPECTED, f"line {lineno}: {what}")
 
 
-@bounded(TOOL, max_mb=16)
+@bounded(TOOL, max_mb=8)
 def parse(text: str) -> IbTopology:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -149,17 +149,20 @@ def parse(text: str) -> IbTopology:
         line = raw.strip()
         if not line:
             continue
-        if line.startswith(("ibwarn:", "ibnetdiscover:", "ibpanic:")):
-            warnings.append(line)
-            continue
-        if line.startswith("#"):
+        first = line[0]  # the kinds of line start with different characters: test those first
+        if first == "#":
             if line.startswith("# Initiated from node "):
                 started = line.split()[4] if len(line.split()) > 4 else None
             continue
-        if line.startswith("["):
+        if first == "[":
             if node is None:
                 raise _bad(lineno, "a port line before any Switch/Ca line")
             node.cables.append(_cable(line, lineno, node.kind))
+            continue
+        if first == "i" and line.startswith(("ibwarn:", "ibnetdiscover:", "ibpanic:")):
+            warnings.append(line)
+            continue
+        if first not in "SCR" and "=" in line:  # vendid=, devid=, sysimgguid=, switchguid=, ...
             continue
         head = line.split(None, 1)[0]
         if head in ("Switch", "Ca", "Rt", "Router"):

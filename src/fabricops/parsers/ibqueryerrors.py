@@ -20,10 +20,18 @@ EXPECTED = "'Errors for ...' blocks and/or the '## Summary:' lines"
 # Possessive blanks: backtracking into them before the optional parts was quadratic on long runs.
 _NODE = re.compile(r'^\s*Errors for\s++(?:(0x[0-9a-fA-F]+)\s*+)?(?:"(.*)")?\s*$')
 _PORT = re.compile(r"^\s*GUID\s+(0x[0-9a-fA-F]+)\s+port\s+(\w+):\s*(.*)$")
-_CTR = re.compile(r"\[(\w+)\s*==\s*(\d+)(?:\s*\(([^)]*)\))?\]")
-_SUM1 = re.compile(r"^##\s*Summary:\s*(\d+)\s+nodes checked,\s*(\d+)\s+bad nodes found")
-_SUM2 = re.compile(r"^##\s*(\d+)\s+ports checked,\s*(\d+)\s+ports have errors beyond threshold")
-_PMA = re.compile(r"^##\s*(\d+)\s+PMA query failures")
+# The `--data` suffix holds no bracket or parenthesis: `\(([^)]*)\)` ran from every '[' of a line of
+# '[a==1(' repeated to the line's end (quadratic).
+_CTR = re.compile(r"\[(\w+)\s*==\s*(\d+)(?:\s*\(([^()\[\]]*+)\))?\]")
+# The three summary lines in one pattern: one match per '##' line, not three.
+_SUMMARY = re.compile(
+    r"^##\s*+(?:Summary:\s*(?P<nodes>\d+)\s+nodes checked,\s*(?P<bad_nodes>\d+)\s+bad nodes found"
+    r"|(?P<ports>\d+)\s+ports checked,\s*(?P<bad_ports>\d+)\s+ports have errors beyond threshold"
+    r"|(?P<pma>\d+)\s+PMA query failures)"
+)
+# A threshold starts at a word start and takes the whole word (possessive): `(\w+)\s*=` tried the
+# word's every suffix, each scanned to its end (quadratic: 50 KB of one word took 73 s).
+_THRESHOLD = re.compile(r"(?<!\w)(\w++)\s*+=\s*+(\d+)")
 
 
 @dataclass
@@ -57,7 +65,7 @@ class Ibqueryerrors:
     suppressed: list[str] = field(default_factory=list)
 
 
-@bounded(TOOL, max_mb=16)
+@bounded(TOOL, max_mb=4)
 def parse(text: str) -> Ibqueryerrors:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -68,11 +76,14 @@ def parse(text: str) -> Ibqueryerrors:
         s = line.strip()
         if not s:
             continue
-        m = _NODE.match(line)
+        first = s[0]  # each pattern is tried only on lines starting with its first letter
+        if first not in "EG#":
+            continue
+        m = _NODE.match(line) if first == "E" else None
         if m and (m.group(1) or m.group(2) is not None):
             nodes.append(IbqeNode(name=m.group(2), guid=m.group(1), is_switch=m.group(1) is not None))
             continue
-        m = _PORT.match(line)
+        m = _PORT.match(line) if first == "G" else None
         if m:
             if not nodes:
                 nodes.append(IbqeNode(name=None, guid=None, is_switch=False))
@@ -85,21 +96,21 @@ def parse(text: str) -> Ibqueryerrors:
                                  "(cut or damaged output)")
             nodes[-1].ports.append(port)
             continue
-        m = _SUM1.match(s)
-        if m:
-            rec.nodes_checked, rec.bad_nodes = int(m.group(1)), int(m.group(2))
+        if first != "#" or not s.startswith("##"):
+            continue
+        m = _SUMMARY.match(s)
+        if m and m.group("nodes"):
+            rec.nodes_checked, rec.bad_nodes = int(m.group("nodes")), int(m.group("bad_nodes"))
             saw_summary = True
             continue
-        m = _SUM2.match(s)
-        if m:
-            rec.ports_checked, rec.bad_ports = int(m.group(1)), int(m.group(2))
+        if m and m.group("ports"):
+            rec.ports_checked, rec.bad_ports = int(m.group("ports")), int(m.group("bad_ports"))
             continue
-        m = _PMA.match(s)
         if m:
-            rec.pma_query_failures = int(m.group(1))
+            rec.pma_query_failures = int(m.group("pma"))
             continue
         if s.startswith("## Thresholds:"):
-            for k, v in re.findall(r"(\w+)\s*=\s*(\d+)", s.split(":", 1)[1]):
+            for k, v in _THRESHOLD.findall(s.split(":", 1)[1]):
                 rec.thresholds[k] = int(v)
             continue
         if s.startswith("## Suppressed:"):

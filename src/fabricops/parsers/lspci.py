@@ -85,7 +85,7 @@ def _new_device(m: re.Match[str]) -> dict[str, Any]:
     }
 
 
-@bounded(TOOL, max_mb=16)
+@bounded(TOOL, max_mb=8)
 def parse(text: str) -> dict:
     if not text or not text.strip():
         raise ParseError(TOOL, EXPECTED, "empty input")
@@ -106,6 +106,8 @@ def parse(text: str) -> dict:
             continue
         dev["_details"] += 1
         item = line.strip()
+        if item[0] not in "BCLA":  # none of the lines read below: skip the six prefix tests
+            continue
         if item.startswith("Bus:"):
             b = _BUS.match(item)
             if b:

@@ -345,6 +345,29 @@ _TEXT_FIELDS = {
 }
 
 
+# Field names of `nvidia-smi --help-query-gpu` (drivers 450-570): a header must hold at least one,
+# else any one-word first line made a "CSV" of whatever followed (4 MB of 'a' lines: 30 s, 1.6 GB).
+# Exact names, and the dotted families (`clocks.max.sm`, `ecc.errors.corrected.volatile.total`,
+# `clocks_event_reasons.sw_power_cap`, ...), so fields a newer driver adds to a family still count.
+_QUERY_NAMES = {
+    "timestamp", "driver_version", "count", "name", "gpu_name", "serial", "gpu_serial", "uuid",
+    "gpu_uuid", "gpu_bus_id", "index", "display_mode", "display_active", "display_attached",
+    "persistence_mode", "addressing_mode", "vbios_version", "pstate", "compute_mode", "compute_cap",
+}
+_QUERY_FAMILIES = {
+    "pci", "pcie", "accounting", "driver_model", "inforom", "gom", "gpu_operation_mode", "fan",
+    "clocks_throttle_reasons", "clocks_event_reasons", "memory", "utilization", "encoder", "ecc",
+    "retired_pages", "remapped_rows", "temperature", "power", "enforced", "module", "clocks", "mig",
+    "fabric", "gsp", "c2c", "protected_memory", "platform", "reset_status", "vgpu_driver_capability",
+    "vgpu_device_capability",
+}
+
+
+def _known_field(name: str) -> bool:
+    family, dot, _ = name.partition(".")
+    return name in _QUERY_NAMES or (bool(dot) and family in _QUERY_FAMILIES)
+
+
 @dataclass
 class QueryResult:
     """``nvidia-smi --query-gpu=... --format=csv``."""
@@ -401,28 +424,38 @@ def parse_query(text: str, fields: list[str] | str | None = None) -> QueryResult
     for ln in lines:
         if "is not a valid field to query" in ln or ln.strip() == "No devices were found":
             raise ParseError(tool, expected, ln.strip())
+    reader = csv.reader(lines, skipinitialspace=True)
     try:
-        rows = list(csv.reader(lines, skipinitialspace=True))
+        first = next(reader)
     except csv.Error as exc:
         raise ParseError(tool, expected, f"not CSV: {exc}") from None
-    header = _split_header(rows[0])
+    header = _split_header(first)
     if isinstance(fields, str):
         fields = [f.strip() for f in fields.split(",") if f.strip()]
     if fields:
         names = [f.strip() for f in fields]
         units: dict[str, str | None] = dict.fromkeys(names)
-        if header and [h[0] for h in header] == names:
+        has_header = bool(header and [h[0] for h in header] == names)
+        if has_header:
             units = {name: unit for name, unit in header}
-            rows = rows[1:]
     else:
-        if header is None or len(header) != len(rows[0]):
+        # the header is checked before the rest is read: 4 MB of 'a' lines were read as 2 million
+        # rows of a one-field CSV (30 s, 1.6 GB) before anything looked at their header
+        if header is None or len(header) != len(first):
             raise ParseError(
                 tool, expected,
                 "no header line: include the header (omit 'noheader') or pass the field names",
             )
         names = [h[0] for h in header]
+        if not any(_known_field(name) for name in names):
+            shown = ", ".join(first)[:60]
+            raise ParseError(tool, expected, f"header {shown!r} names no --query-gpu field")
         units = {name: unit for name, unit in header}
-        rows = rows[1:]
+        has_header = True
+    try:
+        rows = [first, *reader][1 if has_header else 0 :]
+    except csv.Error as exc:
+        raise ParseError(tool, expected, f"not CSV: {exc}") from None
     if not rows:
         raise ParseError(tool, expected, "header without any GPU row")
     out = []
@@ -596,7 +629,7 @@ def _clocks(block: Any) -> dict[str, int | None]:
     return out
 
 
-@bounded("nvidia-smi -q", max_mb=4)
+@bounded("nvidia-smi -q", max_mb=2)
 def parse_q(text: str) -> QReport:
     tool = "nvidia-smi -q"
     expected = "the '==============NVSMI LOG==============' report with 'GPU <bus id>' sections"

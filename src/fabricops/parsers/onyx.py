@@ -157,7 +157,7 @@ def _pfc_from_json(doc: Any) -> PfcRecord:
     return PfcRecord(enabled, prios_on, prios_off, ifaces, "json")
 
 
-@bounded(_TOOL_PFC, max_mb=4)
+@bounded(_TOOL_PFC, max_mb=1)
 def parse_pfc(text: str) -> PfcRecord:
     """``show dcb priority-flow-control`` (text or ``| json-print``)."""
     if not text or not text.strip():
@@ -247,7 +247,7 @@ def _tc_from_fields(tc: int, f: dict[str, str]) -> TrafficClassCongestion:
     )
 
 
-@bounded(_TOOL_ECN, max_mb=4)
+@bounded(_TOOL_ECN, max_mb=1)
 def parse_ecn(text: str) -> EcnRecord:
     """``show interfaces ethernet 1/1 congestion-control`` (text or ``| json-print``)."""
     if not text or not text.strip():
@@ -330,7 +330,7 @@ def _qos_iface(fields: dict[str, Any]) -> QosInterface:
     )
 
 
-@bounded(_TOOL_QOS, max_mb=4)
+@bounded(_TOOL_QOS, max_mb=1)
 def parse_qos_trust(text: str) -> QosTrustRecord:
     """``show qos`` / ``show qos interface ethernet 1/1`` (text or ``| json-print``): trust per port."""
     if not text or not text.strip():
@@ -397,6 +397,12 @@ _IF_PREFIX = re.compile(
     r"^interface\s+(ethernet\s+\S+|port-channel\s+\d+|mlag-port-channel\s+\d+|vlan\s+\d+|loopback\s+\d+)"
     r"(?:\s+(.*))?$"
 )
+_DATABASE = re.compile(r'## Running database "([^"]*)"')
+_HOSTNAME = re.compile(r"hostname\s+(\S+)")
+_PFC_ON = re.compile(r"dcb priority-flow-control enable\b")
+_PFC_PRIO = re.compile(r"(no )?dcb priority-flow-control priority (\d) enable")
+_ROCE = re.compile(r"roce(?:\s+(lossless|lossy|semi-lossless))?$")
+_POOL = re.compile(r"(?:traffic pool|pool|advanced buffer|buffer)\b")
 _KNOWN_GLOBAL = re.compile(
     r"^(?:no\s+)?(?:cli|license|protocol|lacp|vlan|spanning-tree|ip|hostname|dcb|lldp|mlag|mlag-vip|"
     r"telnet-server|ssh|roce|qos|traffic|pool|advanced|buffer|interface|web|ntp|snmp-server|username|"
@@ -404,7 +410,7 @@ _KNOWN_GLOBAL = re.compile(
 )
 
 
-@bounded(_TOOL_RC, max_mb=4)
+@bounded(_TOOL_RC, max_mb=2)
 def parse_running_config(text: str) -> RunningConfigRecord:
     """``show running-config``: structured lines, interface ranges expanded per port."""
     if not text or not text.strip():
@@ -424,7 +430,7 @@ def parse_running_config(text: str) -> RunningConfigRecord:
         if not s.startswith("#"):
             lines += 1
         if s.startswith("#"):
-            m = re.match(r'## Running database "([^"]*)"', s)
+            m = _DATABASE.match(s)
             if m:
                 database = m.group(1)
             continue
@@ -432,7 +438,7 @@ def parse_running_config(text: str) -> RunningConfigRecord:
             raise ParseError(_TOOL_RC, "running-config command lines", f"the CLI answered {s!r}")
         if _KNOWN_GLOBAL.match(s):
             known += 1
-        m = _IF_PREFIX.match(s)
+        m = _IF_PREFIX.match(s) if s[0] == "i" else None
         if m:
             target, rest = m.group(1), (m.group(2) or "").strip()
             if target.startswith("ethernet"):
@@ -448,21 +454,21 @@ def parse_running_config(text: str) -> RunningConfigRecord:
                     lst.append(rest)
             continue
         global_lines.append(s)
-        m = re.match(r"hostname\s+(\S+)", s)
+        first = s[0]  # each pattern is tried only on lines starting with its first letter
+        m = _HOSTNAME.match(s) if first == "h" else None
         if m:
             hostname = m.group(1)
-        if re.match(r"dcb priority-flow-control enable\b", s):
+        if first == "d" and _PFC_ON.match(s):
             pfc_enabled = True
-        m = re.match(r"dcb priority-flow-control priority (\d) enable", s)
-        if m:
-            prios.add(int(m.group(1)))
-        m = re.match(r"no dcb priority-flow-control priority (\d) enable", s)
-        if m:
-            prios.discard(int(m.group(1)))
-        m = re.match(r"roce(?:\s+(lossless|lossy|semi-lossless))?$", s)
+        m = _PFC_PRIO.match(s) if first in "dn" else None
+        if m and not m.group(1):
+            prios.add(int(m.group(2)))
+        elif m:
+            prios.discard(int(m.group(2)))
+        m = _ROCE.match(s) if first == "r" else None
         if m:
             roce = m.group(1) or "lossless"
-        if re.match(r"(?:traffic pool|pool|advanced buffer|buffer)\b", s):
+        if first in "tpab" and _POOL.match(s):
             pools.append(s)
     # Mostly Onyx commands: another tool's "port: 1" lines must not pass as a configuration.
     if known == 0 or known * 2 < lines:

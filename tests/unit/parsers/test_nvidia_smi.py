@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 from captures import fixture_names, read_fixture
 
@@ -185,6 +188,36 @@ def test_query_rejects_bad_inputs():
         parse_query("index, name, memory.total [MiB]\n0, NVIDIA H100 80GB HBM3\n")
     with pytest.raises(ParseError):
         parse_query(read_fixture("nvidia-smi-q", "h800_q_i0_525.txt"))
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("a\n" * 1000, "'a'"),
+    ("foo, bar [MiB]\n1, 2 MiB\n", "'foo, bar [MiB]'"),
+    ("hostname, state\nn01, up\n", "'hostname, state'"),
+])
+def test_query_header_must_name_a_known_field(text, shown):
+    """Any one-word first line made a CSV of what followed: 4 MB of 'a' lines took 30 s and 1.6 GB."""
+    with pytest.raises(ParseError, match=re.escape(f"header {shown} names no --query-gpu field")) as exc:
+        parse_query(text)
+    assert "\n" not in str(exc.value)
+
+
+def test_query_header_check_comes_before_the_rows_are_read():
+    text = "a\n" * (2 * 1024 * 1024)  # 4 MB, the cap
+    start = time.thread_time()
+    with pytest.raises(ParseError, match="names no --query-gpu field"):
+        parse_query(text)
+    assert time.thread_time() - start < 1.0
+
+
+@pytest.mark.parametrize("header", [
+    "index", "timestamp, pstate", "clocks_event_reasons.sw_power_cap", "memory.total [MiB]",
+    "name, some.future_field",  # one known field is enough: newer drivers add fields
+])
+def test_query_headers_with_a_known_field_parse(header):
+    columns = header.count(",") + 1
+    record = parse_query(header + "\n" + ", ".join(["1"] * columns) + "\n")
+    assert len(record.rows) == 1 and len(record.fields) == columns
 
 
 # --- -q -------------------------------------------------------------------------------------
