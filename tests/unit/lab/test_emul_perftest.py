@@ -455,3 +455,18 @@ def test_server_output_has_banner_then_header_and_results(ib_pair):
     assert "TX depth" not in ours and "TX depth" not in real
     assert [k for k in ours if k in ("title", "local address", "remote address", "row", "---")] == \
         [k for k in real if k in ("title", "local address", "remote address", "row", "---")]
+
+
+def test_a_latency_run_takes_its_iterations_not_a_second(monkeypatch):
+    """ib_write_lat's default 1,000 exchanges take milliseconds on the hardware (perftest README:
+    -n default 1000; latencies in microseconds): the emulated run does not sleep the bandwidth run's
+    second. A bandwidth run keeps EMUL_PERFTEST_SECONDS, and -D caps either."""
+    from fabricops.lab.emul import perftest as emul
+
+    monkeypatch.setenv("EMUL_PERFTEST_SECONDS", "1.0")
+    assert emul._run_seconds(emul.Options(verb="write", kind="lat")) == pytest.approx(0.01)
+    assert emul._run_seconds(emul.Options(verb="write", kind="lat", iters=50_000)) == pytest.approx(0.5)
+    assert emul._run_seconds(emul.Options(verb="write", kind="lat", iters=10**9)) == 1.0
+    assert emul._run_seconds(emul.Options(verb="write", kind="bw")) == 1.0
+    assert emul._run_seconds(emul.Options(verb="write", kind="lat", duration=2)) == 1.0
+    assert emul._run_seconds(emul.Options(verb="write", kind="bw", duration=0.5)) == 0.5

@@ -925,13 +925,25 @@ def _err(text: str) -> None:
 
 # --- the two sides ------------------------------------------------------------------------
 
+#: wall time of one latency exchange, an upper bound for the lab's fabrics (a ping-pong is a few
+#: microseconds on InfiniBand and RoCE; perftest's own figures are in microseconds)
+LAT_EXCHANGE_S = 10e-6
+
+
 def _run_seconds(opts: Options) -> float:
+    """How long the run takes: ``EMUL_PERFTEST_SECONDS`` (default 1.0: a bandwidth run of perftest's
+    default 5,000 iterations of large messages takes about a second at 400 Gb/s), capped by ``-D``.
+    A latency run without ``-D`` takes what its iterations take (``-n``, default 1,000 exchanges:
+    milliseconds on the hardware, perftest README), not a second: it carries no load that other runs
+    must overlap, so there is nothing to wait for."""
     try:
         seconds = float(os.environ.get("EMUL_PERFTEST_SECONDS", "1.0"))
     except ValueError:
         seconds = 1.0
     if opts.duration is not None:
         seconds = min(seconds, opts.duration)
+    elif opts.kind == "lat":
+        seconds = min(seconds, (opts.iters or 1000) * LAT_EXCHANGE_S)
     return max(0.0, seconds)
 
 
