@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -417,17 +418,48 @@ def _gpg(home: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess:
                            "--passphrase", "", *args], capture_output=True, check=False, **kw)
 
 
+#: home -> how many _agent blocks are open on it (nested blocks share one agent)
+_AGENT_DEPTH: dict[str, int] = {}
+_AGENT_LOCK = threading.Lock()
+#: how long a killed agent may take to go (its socket is removed when it has)
+AGENT_EXIT_S = 5.0
+
+
 @contextlib.contextmanager
 def _agent(home: Path):
-    """Stop the gpg-agent gpg starts for ``home`` afterwards: nothing of the lab keeps running."""
+    """Stop the gpg-agent gpg starts for ``home`` afterwards: nothing of the lab keeps running.
+
+    Nested blocks on one home share the agent; the outermost stops it and waits until it is gone
+    (its socket removed). A gpg started while the previous block's agent was still exiting
+    connected to the dying agent and failed with "End of file ... No agent running" (a loaded CI
+    machine: signing_key's block ended, sign_repo's began)."""
+    key = str(home)
+    with _AGENT_LOCK:
+        _AGENT_DEPTH[key] = _AGENT_DEPTH.get(key, 0) + 1
     try:
         yield
     finally:
-        gpgconf = shutil.which("gpgconf")
-        if gpgconf:
-            subprocess.run([gpgconf, "--homedir", str(_short(home)), "--kill", "gpg-agent"],
-                           capture_output=True,
-                           check=False)
+        with _AGENT_LOCK:
+            _AGENT_DEPTH[key] -= 1
+            last = _AGENT_DEPTH[key] == 0
+            if last:
+                del _AGENT_DEPTH[key]
+        if last:
+            _stop_agent(home)
+
+
+def _stop_agent(home: Path) -> None:
+    gpgconf = shutil.which("gpgconf")
+    if not gpgconf:
+        return
+    short = str(_short(home))
+    listed = subprocess.run([gpgconf, "--homedir", short, "--list-dirs", "agent-socket"],
+                            capture_output=True, text=True, check=False)
+    socket_path = Path(listed.stdout.strip()) if listed.returncode == 0 and listed.stdout.strip() else None
+    subprocess.run([gpgconf, "--homedir", short, "--kill", "gpg-agent"], capture_output=True, check=False)
+    deadline = time.monotonic() + AGENT_EXIT_S
+    while socket_path is not None and socket_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def signing_key(home: Path | None = None) -> tuple[Path, str]:
@@ -458,8 +490,9 @@ def signing_key(home: Path | None = None) -> tuple[Path, str]:
 
 def export_key(dest: Path, home: Path | None = None) -> str:
     """Write the public key to ``dest`` (binary keyring); return its sha256."""
-    home, fpr = signing_key(home)
+    home = home or signing_home()
     with _agent(home):
+        home, fpr = signing_key(home)
         proc = _gpg(home, "--export", fpr)
     if proc.returncode != 0 or not proc.stdout:
         raise FabricopsError(f"gpg could not export the lab's repository key: {proc.stderr.decode()[-300:]}")
@@ -469,9 +502,10 @@ def export_key(dest: Path, home: Path | None = None) -> str:
 
 def sign_repo(deb_dir: Path, home: Path | None = None) -> None:
     """InRelease and Release.gpg for ``deb_dir``'s Release (written by :func:`write_index`)."""
-    home, fpr = signing_key(home)
+    home = home or signing_home()
     release = deb_dir / "Release"
-    with _agent(home):
+    with _agent(home):  # one agent for the key lookup and both signatures
+        home, fpr = signing_key(home)
         for args in (("--clearsign", "-o", str(deb_dir / "InRelease")),
                      ("--armor", "--detach-sign", "-o", str(deb_dir / "Release.gpg"))):
             proc = _gpg(home, "--local-user", fpr, "--digest-algo", "SHA256", *args, str(release), text=True)

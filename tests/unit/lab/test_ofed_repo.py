@@ -560,3 +560,37 @@ def test_mirror_is_signed_and_apt_checks_it_with_signed_by(served, tmp_path):
     bad = update(other)
     assert bad.returncode != 0 or "NO_PUBKEY" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
     assert "NO_PUBKEY" in bad.stdout + bad.stderr or "not signed" in bad.stdout + bad.stderr
+
+
+def test_a_stopped_agent_is_gone_before_the_next_gpg_starts(tmp_path, monkeypatch):
+    """CI failed signing a repository with "can't connect to the agent: End of file ... No agent
+    running": the block before had asked the agent to stop and returned while it was still exiting,
+    and the next gpg connected to it. A stand-in gpgconf whose agent takes 0.3 s to go: stopping
+    waits until its socket is removed, and nested blocks stop the agent once, at the outermost."""
+    import stat
+
+    from fabricops.lab import ofed_repo
+
+    sock = tmp_path / "S.gpg-agent"
+    log = tmp_path / "calls"
+    fake = tmp_path / "gpgconf"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        f'case "$*" in *--list-dirs*) echo {sock};; *--kill*) (sleep 0.3; rm -f {sock}) >/dev/null 2>&1 & ;; esac\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    real_which = ofed_repo.shutil.which
+
+    def which(name: str) -> str | None:
+        return str(fake) if name == "gpgconf" else real_which(name)
+
+    monkeypatch.setattr(ofed_repo.shutil, "which", which)
+    home = tmp_path / "home"
+    sock.touch()
+    with ofed_repo._agent(home):
+        with ofed_repo._agent(home):
+            pass
+        assert sock.exists() and not log.exists()  # the inner block leaves the agent to the outer
+    assert not sock.exists()  # the agent is gone when the block ends, not 0.3 s later
+    assert sum("--kill" in line for line in log.read_text().splitlines()) == 1

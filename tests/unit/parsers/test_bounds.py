@@ -21,7 +21,7 @@ import yaml
 from captures import FIXTURES, fixture_names, read_fixture
 
 from fabricops import errors, safeyaml
-from fabricops.cli import main
+from fabricops.cli import build_parser, main
 from fabricops.errors import ParseError
 from fabricops.parsers import PARSERS, get_parser, max_bytes, parse
 from fabricops.parsers._text import MB, load_json, to_number
@@ -124,6 +124,9 @@ def test_sixty_megabytes_on_the_cli_are_refused_without_reading_them(tmp_path, c
     with path.open("w") as fh:
         fh.write("index, name, pci.bus_id, temperature.gpu, memory.total [MiB]\n")
         fh.write(row * (60 * MB // len(row)))
+    # the first CLI call of a process imports every command's module (under tracemalloc: most of a
+    # second of CPU in a fresh xdist worker); what is measured is the refusal, not the imports
+    build_parser()
     result, elapsed, peak = measured(main, ["parse", "nvidia-smi-query", str(path)])
     assert result == BADINPUT
     _, err = capsys.readouterr()
@@ -156,8 +159,12 @@ def test_a_capture_grown_to_the_cap_parses_in_linear_time():
 # --------------------------------------------------------------------------- each parser at its cap
 
 #: CPU seconds (time.thread_time) a parser may take on any input up to its cap. The caps are set
-#: from bench/parser_caps.py so that the slowest input it finds takes at most ~1.5 s here.
-CAP_BUDGET_S = 2.0
+#: from bench/parser_caps.py so that the slowest input it finds takes at most ~1.4 s on an idle
+#: machine (docs/parsers.md). A thread's CPU time still grows on a busy one (shared caches, the
+#: other hardware thread): in CI, beside xdist workers and the integration tests, a 1.25 s input
+#: took 2.10 s and a 1.39 s one 2.18 s. This guard is against super-linear work, which costs 10x
+#: and more, so it allows 6 s; the figures themselves come from the bench.
+CAP_BUDGET_S = 6.0
 
 #: The slowest input bench/parser_caps.py found per parser, rebuilt here at the parser's cap:
 #: (kind, arg) as the bench labels it -- ("row", "CAPTURE:N") a capture with its line N repeated,
