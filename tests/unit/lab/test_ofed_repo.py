@@ -577,7 +577,8 @@ def test_a_stopped_agent_is_gone_before_the_next_gpg_starts(tmp_path, monkeypatc
     fake.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
-        f'case "$*" in *--list-dirs*) echo {sock};; *--kill*) (sleep 0.3; rm -f {sock}) >/dev/null 2>&1 & ;; esac\n'
+        f'case "$*" in *--list-dirs*) echo {sock};;\n'
+        f'  *--kill*) (sleep 0.3; rm -f {sock}) >/dev/null 2>&1 & ;;\nesac\n'
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     real_which = ofed_repo.shutil.which
