@@ -75,6 +75,33 @@ def converged(lab, ansible_playbook):
     assert {"gpu01", "gpu02", "gpu03", "gpu04", "leaf-onyx", "leaf-cumulus"} <= set(again.hosts)
 
 
+def drift(tmp_path, *args) -> tuple[int, dict, str]:
+    out = tmp_path / f"d{len(list(tmp_path.glob('d*.json')))}.json"
+    argv = [FABRICOPS, "drift", "--json", str(out), *args]
+    p = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    return p.returncode, json.loads(out.read_text()), p.stdout + p.stderr
+
+
+def test_drift_of_the_whole_converged_rack_is_clean_then_names_the_changed_host(converged, ssh, tmp_path):
+    """Issue 35: with no --limit, a clean rack exited 4 ("not checked: localhost"), because the
+    verification play, which a drift run skips by design, was counted as a target. Exactly what a
+    nightly job runs: `fabricops drift`, the lab inventory (the default), no limit."""
+    rc, data, out = drift(tmp_path)
+    assert rc == 0, out
+    assert data["not_checked"] == {} and data["items"] == []
+    assert {"gpu01", "gpu02", "gpu03", "gpu04", "leaf-onyx", "leaf-cumulus"} <= set(data["clean_hosts"])
+    assert "localhost" not in data["hosts"]
+    netdev = "enp170s0f0np0"  # a RoCE port (Onyx rail)
+    ssh("gpu02", f"mlnx_qos -i {netdev} --pfc 0,0,0,0,0,0,0,0 >/dev/null")
+    try:
+        rc, data, out = drift(tmp_path)
+    finally:
+        ssh("gpu02", f"mlnx_qos -i {netdev} --pfc 0,0,0,1,0,0,0,0 >/dev/null")
+    assert rc == 3, out
+    assert data["drifted_hosts"] == ["gpu02"] and data["not_checked"] == {}
+    assert [(i["host"], i["item"]) for i in data["items"]] == [("gpu02", netdev)]
+
+
 @pytest.fixture(scope="module")
 def ofed(lab, ssh, converged):
     info = json.loads(Path("/var/lib/fabricops-lab/lab.json").read_text())["ofed"]

@@ -99,24 +99,49 @@ def _options(check: bool, extra_vars, skip_tags, tags) -> list[str]:
     return cmd
 
 
+_PLAY_HEADER = re.compile(r"^\s*play #\d+ ")
 _HOSTS_HEADER = re.compile(r"^(?P<indent>\s*)hosts \((?P<n>\d+)\):\s*$")
+_TASKS_HEADER = re.compile(r"^(?P<indent>\s*)tasks:\s*$")
 
 
 def parse_list_hosts(text: str) -> list[str]:
-    """Host names of ``ansible-playbook --list-hosts`` output, every play together."""
+    """Host names of ``ansible-playbook --list-hosts --list-tasks`` output, every play together,
+    counting only the plays that have a task left after ``--tags`` / ``--skip-tags``.
+
+    A play whose every task is filtered out by tags never runs on its hosts (site.yml's verification
+    play on ``localhost`` in a drift run, which skips ``verify``): counting its hosts as targets would
+    report them "not checked" and fail every clean drift run. Output without a ``tasks:`` section
+    (``--list-hosts`` alone) counts every play's hosts."""
     hosts: set[str] = set()
-    indent = None
+    plays: list[tuple[list[str], int | None]] = []  # (hosts, tasks listed; None: no tasks section)
+    section, indent = None, 0
     for line in text.splitlines():
-        m = _HOSTS_HEADER.match(line)
-        if m:
-            indent = len(m.group("indent"))
+        if _PLAY_HEADER.match(line):
+            plays.append(([], None))
+            section = None
             continue
-        if indent is not None:
-            stripped = line.strip()
-            if stripped and len(line) - len(line.lstrip()) > indent:
-                hosts.add(stripped)
-            else:
-                indent = None
+        m = _HOSTS_HEADER.match(line) or _TASKS_HEADER.match(line)
+        if m:
+            if not plays:  # output of an older format: no play header seen
+                plays.append(([], None))
+            section, indent = ("hosts" if "hosts (" in line else "tasks"), len(m.group("indent"))
+            if section == "tasks":
+                plays[-1] = (plays[-1][0], 0)
+            continue
+        if section is None:
+            continue
+        stripped = line.strip()
+        if not stripped or len(line) - len(line.lstrip()) <= indent:
+            section = None
+            continue
+        names, ntasks = plays[-1]
+        if section == "hosts":
+            names.append(stripped)
+        else:
+            plays[-1] = (names, (ntasks or 0) + 1)
+    for names, ntasks in plays:
+        if ntasks is None or ntasks > 0:
+            hosts.update(names)
     return sorted(hosts)
 
 
@@ -134,7 +159,7 @@ def list_hosts(
     Raises :class:`CouldNotRun` with ansible's reason when the inventory or playbook cannot be read.
     """
     path, cwd, config = _locate(playbook)
-    argv = ["ansible-playbook", "--list-hosts", *_options(False, extra_vars, skip_tags, tags)]
+    argv = ["ansible-playbook", "--list-hosts", "--list-tasks", *_options(False, extra_vars, skip_tags, tags)]
     inv = _inventory(inventory)
     if inv:
         argv += ["-i", inv]
