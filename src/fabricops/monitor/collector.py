@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """fabricops collector: fabric counters for node_exporter's textfile collector.
 
-Stdlib only: the role ``fabric_monitor`` copies this very module from the fabricops package
-installed on the controller to the hosts (``/usr/local/lib/fabricops``, started by the
-``fabricops-collector`` launcher; fabricops.hostside.ship). On the controller it imports as
-``fabricops.monitor.collector``: the metric-building logic is unit-tested against real captures and
-``fabricops diagnose`` parses with it.
+Stdlib only: the role ``fabric_monitor`` copies this very module and the evidence parsers it imports
+(``fabricops.evidence``: the package's one copy of each host-evidence parser, which verify and
+diagnose read with too) from the fabricops package installed on the controller to the hosts
+(``/usr/local/lib/fabricops``, started by the ``fabricops-collector`` launcher;
+fabricops.hostside.ship). On the controller it imports as ``fabricops.monitor.collector``: the
+metric-building logic is unit-tested against real captures.
 
 Sources (docs/monitoring.md lists every metric):
 - ``/sys/class/infiniband/DEV/ports/P/{state,phys_state,rate,link_layer}``, ``counters/*`` and
@@ -54,6 +55,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+
+# The parsers are the package's one copy (fabricops.evidence, stdlib-only; shipped with this module
+# by fabricops.hostside.ship). Re-exported: fabricops.monitor.collector.parse_* stay importable.
+from fabricops.evidence.errors import SourceError
+from fabricops.evidence.hostfiles import parse_gts, parse_rate, parse_state
+from fabricops.evidence.tools import (
+    BDF_RE,
+    parse_dkms_status,
+    parse_ethtool_stats,
+    parse_gpu_addresses,
+    parse_lspci_acs,
+    parse_mlxconfig_pending,
+    parse_mlxfwmanager,
+    parse_nvlink_errors,
+    parse_nvlink_status,
+    parse_sb_state,
+    pci_address,
+)
 
 PREFIX = "fabricops_"
 
@@ -234,10 +253,6 @@ RATE_KEY_RE = re.compile(r"^(?:InfiniBand|Ethernet|[A-Za-z0-9_]{1,32}/[0-9]{1,3}
 _DECIMAL_RE = re.compile(r"^[0-9]{1,12}(?:\.[0-9]{1,12})?$")
 
 
-class SourceError(Exception):
-    """A source printed something this collector cannot read."""
-
-
 class ConfigError(Exception):
     """The configuration cannot be used; str() is one line naming the setting."""
 
@@ -373,26 +388,6 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec\s*\((\d+)X\s*(\w*)\)")
-STATE_RE = re.compile(r"^\s*(\d+):\s*(\S+)")
-
-
-def parse_rate(text: str) -> tuple[float, int, str]:
-    """``"400 Gb/sec (4X NDR)"`` -> (400e9 bit/s, 4 lanes, "NDR")."""
-    m = RATE_RE.match(text or "")
-    if not m:
-        raise SourceError(f"unreadable sysfs rate {text!r}")
-    return float(m.group(1)) * 1e9, int(m.group(2)), m.group(3)
-
-
-def parse_state(text: str) -> tuple[int, str]:
-    """``"4: ACTIVE"`` -> (4, "ACTIVE")."""
-    m = STATE_RE.match(text or "")
-    if not m:
-        raise SourceError(f"unreadable sysfs state {text!r}")
-    return int(m.group(1)), m.group(2)
-
-
 def _port_netdev(sysfs: str, dev: str, port: str) -> str:
     """The netdev of an HCA port: device/net/*, matched by dev_port when the HCA has several."""
     netdir = os.path.join(sysfs, "class/infiniband", dev, "device/net")
@@ -476,22 +471,6 @@ def _port_metrics(reg: Registry, host: str, p: dict, expected: dict[str, float])
 
 # --- ethtool -S ------------------------------------------------------------------------------
 
-ETHTOOL_LINE = re.compile(r"^\s+([^:]+?):\s+(-?\d{1,20})\s*$")
-
-
-def parse_ethtool_stats(text: str) -> dict[str, int]:
-    """``ethtool -S IF`` -> {name: value}. Lines that are not ``name: integer`` are skipped."""
-    lines = (text or "").replace("\r\n", "\n").split("\n")
-    if not any(line.strip() == "NIC statistics:" for line in lines):
-        raise SourceError("no 'NIC statistics:' header: not ethtool -S output")
-    stats = {}
-    for line in lines:
-        m = ETHTOOL_LINE.match(line)
-        if m:
-            stats[m.group(1).strip()] = int(m.group(2))
-    return stats
-
-
 def pfc_metrics(reg: Registry, host: str, netdev: str, device: str, stats: dict[str, int]) -> None:
     base = {"host": host, "netdev": netdev, "device": device}
     for prio in range(8):
@@ -505,47 +484,6 @@ def pfc_metrics(reg: Registry, host: str, netdev: str, device: str, stats: dict[
 
 
 # --- nvidia-smi ------------------------------------------------------------------------------
-
-GPU_RE = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]*)\)\s*$")
-LINK_STATUS_RE = re.compile(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)\s*$")
-LINK_ERROR_RE = re.compile(r"^\s*Link (\d+): ([A-Za-z ]+?) Errors?: (\d+)\s*$")
-
-
-def parse_nvlink_status(text: str) -> list[dict]:
-    """``nvidia-smi nvlink --status`` -> [{"gpu", "name", "link", "up", "speed_gbs"}]."""
-    links, gpu = [], None
-    for line in (text or "").replace("\r\n", "\n").split("\n"):
-        m = GPU_RE.match(line.strip())
-        if m:
-            gpu = (int(m.group(1)), m.group(2))
-            continue
-        m = LINK_STATUS_RE.match(line)
-        if m and gpu is not None:
-            speed = float(m.group(2)) if m.group(2) else None
-            links.append({"gpu": gpu[0], "name": gpu[1], "link": int(m.group(1)),
-                          "up": speed is not None, "speed_gbs": speed})
-    if gpu is None:
-        raise SourceError("no 'GPU N: ... (UUID: ...)' line: not nvidia-smi nvlink output")
-    return links
-
-
-def parse_nvlink_errors(text: str) -> list[dict]:
-    """``nvidia-smi nvlink -e`` -> [{"gpu", "link", "kind", "value"}] (kind: replay/recovery/crc)."""
-    out, gpu = [], None
-    for line in (text or "").replace("\r\n", "\n").split("\n"):
-        m = GPU_RE.match(line.strip())
-        if m:
-            gpu = int(m.group(1))
-            continue
-        m = LINK_ERROR_RE.match(line)
-        if m and gpu is not None:
-            kind = m.group(2).strip().lower().split()[-1]  # "Data CRC" / "Flit CRC" -> crc
-            if kind in NVLINK_ERRORS:
-                out.append({"gpu": gpu, "link": int(m.group(1)), "kind": kind, "value": int(m.group(3))})
-    if gpu is None:
-        raise SourceError("no 'GPU N: ... (UUID: ...)' line: not nvidia-smi nvlink -e output")
-    return out
-
 
 def nvlink_metrics(reg: Registry, host: str, status: list[dict], errors: list[dict] | None = None) -> None:
     active: dict[int, int] = {}
@@ -566,30 +504,6 @@ def nvlink_metrics(reg: Registry, host: str, status: list[dict], errors: list[di
 
 
 # --- PCIe --------------------------------------------------------------------------------------
-
-BDF_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-GTS_RE = re.compile(r"^\s*([\d.]+)\s*GT/s")
-LSPCI_DEV_RE = re.compile(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ")
-LSPCI_BUS_RE = re.compile(r"^\s+Bus: primary=([0-9a-fA-F]+), secondary=([0-9a-fA-F]+), subordinate=")
-LSPCI_ACSCTL_RE = re.compile(r"^\s+ACSCtl:\s+(.*)$")
-
-
-def pci_address(value: str) -> str:
-    """``00000000:18:00.0`` (nvidia-smi) -> ``0000:18:00.0``."""
-    v = value.strip().lower()
-    dom, _, rest = v.partition(":")
-    return f"{int(dom, 16):04x}:{rest}" if rest and len(dom) >= 4 else v
-
-
-def parse_gts(text: str | None) -> float | None:
-    """sysfs link speed ``32.0 GT/s PCIe`` / ``32 GT/s`` -> 32.0; ``Unknown`` -> 0.0; None unreadable."""
-    if text is None:
-        return None
-    m = GTS_RE.match(text)
-    if m:
-        return float(m.group(1))
-    return 0.0 if text.strip() == "Unknown" else None
-
 
 def hca_pci_addresses(sysfs: str = "/sys") -> dict[str, str]:
     """RDMA device -> its PCI function (uevent PCI_SLOT_NAME, else the device link's name)."""
@@ -625,18 +539,6 @@ def netdev_pci_address(name: str) -> str | None:
     return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn}"
 
 
-def parse_gpu_addresses(text: str) -> dict[str, str]:
-    """``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` -> {GPU0: 0000:18:00.0}."""
-    out = {}
-    for line in text.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and BDF_RE.match(parts[1]):
-            out["GPU" + parts[0]] = pci_address(parts[1])
-    if text.strip() and not out:
-        raise SourceError("not nvidia-smi --query-gpu=index,pci.bus_id CSV")
-    return out
-
-
 def read_pcie_links(sysfs: str, devices: dict[str, str]) -> list[dict]:
     """Current and maximum width/speed per device (missing files: the device is left out)."""
     out = []
@@ -656,35 +558,6 @@ def read_pcie_links(sysfs: str, devices: dict[str, str]) -> list[dict]:
             continue
         out.append(dict(vals, device=name, pci=addr))
     return out
-
-
-def parse_lspci_acs(text: str) -> dict[str, dict]:
-    """``lspci -D -vvv`` -> {bdf: {"secondary": int|None, "redirect": bool|None}} (stdlib; the
-    controller's full parser is fabricops.parsers.lspci). ``redirect`` None: no ACS capability."""
-    devs: dict[str, dict] = {}
-    cur = None
-    denied = False
-    for line in text.splitlines():
-        m = LSPCI_DEV_RE.match(line)
-        if m:
-            cur = devs.setdefault(m.group(1).lower(), {"secondary": None, "redirect": None})
-            continue
-        if cur is None:
-            continue
-        if line.strip() == "Capabilities: <access denied>":
-            denied = True
-        m = LSPCI_BUS_RE.match(line)
-        if m:
-            cur["secondary"] = int(m.group(2), 16)
-        m = LSPCI_ACSCTL_RE.match(line)
-        if m:
-            bits = m.group(1).split()
-            cur["redirect"] = "ReqRedir+" in bits or "CmpltRedir+" in bits
-    if not devs:
-        raise SourceError("not lspci -D -vvv output")
-    if denied:
-        raise SourceError("lspci: Capabilities: <access denied> (the collector needs root)")
-    return devs
 
 
 def _upstream(devs: dict[str, dict], addr: str) -> list[str]:
@@ -895,84 +768,6 @@ def _collect_pcie(reg: Registry, host: str, config: dict, sysfs: str, run: Runne
 
 # --- NIC firmware, DKMS, Secure Boot (issue 20) ----------------------------------------------------
 
-MLXCONFIG_ROW_RE = re.compile(r"^\s*(\*)?\s+([A-Za-z0-9_.\[\]]+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
-FW_LINE_RE = re.compile(r"^\s+FW(\s+\(Running\))?\s+(\S+)")
-DKMS3_RE = re.compile(r"^([^/,\s]+)/([^,\s]+),\s*([^,\s]+),\s*([^:,\s]+):\s*([a-z]+)")
-DKMS2_RE = re.compile(r"^([^/,\s]+),\s*([^,\s]+),\s*([^,\s]+),\s*([^:,\s]+):\s*([a-z]+)")
-DKMS_NOKERNEL_RE = re.compile(r"^([^/,\s]+)[/,]\s*([^,:\s]+):\s*([a-z]+)")
-
-
-def _mlx_value(v: str) -> str:
-    """``True(1)`` -> ``1``; ``44`` -> ``44``; ``0x10`` -> ``16``; else the upper-cased name."""
-    m = re.search(r"\((\d+)\)$", v)
-    if m:
-        return str(int(m.group(1)))
-    try:
-        return str(int(v, 0))
-    except ValueError:
-        return v.upper()
-
-
-def parse_mlxconfig_pending(text: str) -> list[str]:
-    """``mlxconfig -d DEV -e q`` -> the settings whose Next Boot differs from Current (stdlib; the
-    controller's parser is fabricops.parsers.mlxconfig)."""
-    lines = text.replace("\r", "").splitlines()
-    head = next((i for i, ln in enumerate(lines) if ln.startswith("Configurations:")), None)
-    if head is None or not re.search(r"Default\s+Current\s+Next Boot", lines[head]):
-        raise SourceError("not mlxconfig -e q output (no Default/Current/Next Boot header)")
-    pending = []
-    for ln in lines[head + 1:]:
-        m = MLXCONFIG_ROW_RE.match(ln)
-        if m and _mlx_value(m.group(4)) != _mlx_value(m.group(5)):
-            pending.append(m.group(2))
-    return pending
-
-
-def parse_mlxfwmanager(text: str) -> list[dict]:
-    """``mlxfwmanager --query`` -> [{pci, psid, burned, running}] (stdlib; the controller's parser is
-    fabricops.parsers.mlxfwmanager). ``running`` is the burned version unless ``FW (Running)`` says
-    otherwise."""
-    out: list[dict] = []
-    cur: dict | None = None
-    for ln in text.replace("\r", "").splitlines():
-        if re.match(r"^Device #\d+:", ln):
-            cur = {"pci": None, "psid": None, "burned": None, "running": None}
-            out.append(cur)
-        elif cur is not None:
-            m = re.match(r"^\s+(PSID|PCI Device Name):\s+(\S+)", ln)
-            if m:
-                cur["psid" if m.group(1) == "PSID" else "pci"] = m.group(2)
-                continue
-            m = FW_LINE_RE.match(ln)
-            if m:
-                cur["running" if m.group(1) else "burned"] = m.group(2)
-    if not out or not all(r["psid"] and r["burned"] for r in out):
-        raise SourceError("not mlxfwmanager --query output (no Device/PSID/FW lines)")
-    for r in out:
-        r["running"] = r["running"] or r["burned"]
-        r["pci"] = pci_address(r["pci"]) if r["pci"] and BDF_RE.match(r["pci"]) else r["pci"]
-    return out
-
-
-def parse_dkms_status(text: str) -> list[dict]:
-    """``dkms status`` (3.x ``mod/ver, kver, arch: state``, 2.x ``mod, ver, kver, arch: state``;
-    ``added`` lines have no kernel) -> [{module, kernel, state}]."""
-    out = []
-    for ln in text.replace("\r", "").splitlines():
-        ln = ln.strip()
-        if not ln:
-            continue
-        m = DKMS3_RE.match(ln) or DKMS2_RE.match(ln)
-        if m:
-            out.append({"module": m.group(1), "kernel": m.group(3), "state": m.group(5)})
-            continue
-        m = DKMS_NOKERNEL_RE.match(ln)
-        if not m:
-            raise SourceError(f"not dkms status output: {ln[:60]!r}")
-        out.append({"module": m.group(1), "kernel": None, "state": m.group(3)})
-    return out
-
-
 def _kernel_key(release: str) -> list:
     """Order kernel releases as version numbers (6.1.0-21 after 6.1.0-18, 6.10 after 6.9)."""
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.findall(r"\d+|[A-Za-z]+", release)]
@@ -984,17 +779,6 @@ def next_boot_kernel(boot_dir: str, running: str) -> str:
     names = [n[len("vmlinuz-"):] for n in _listdir(boot_dir) if n.startswith("vmlinuz-")]
     names = [n for n in names if n]
     return max(names, key=_kernel_key) if names else running
-
-
-def parse_sb_state(text: str) -> bool | None:
-    """``mokutil --sb-state``: True enabled, False disabled, None not EFI."""
-    if "SecureBoot enabled" in text:
-        return True
-    if "SecureBoot disabled" in text:
-        return False
-    if "EFI variables are not supported" in text:
-        return None
-    raise SourceError("not mokutil --sb-state output")
 
 
 def _absent(rc: int, config: dict, key: str) -> bool:

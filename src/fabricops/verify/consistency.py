@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fabricops.errors import ParseError
+from fabricops.evidence.hostfiles import parse_nccl_conf
 from fabricops.verify.expect import HostExpect, _natural
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
@@ -65,8 +66,6 @@ RunFn = Callable[[str, str, float], Mapping[str, Any]]
 def _nccl_conf(raw: Mapping[str, Any]) -> dict[str, str] | str | None:
     """The host's nccl.conf as a dict; None when it was not read (no nccl_profile planned); a
     sentence when the read failed."""
-    from fabricops.verify.hostchecks import parse_nccl_conf
-
     res = raw.get("nccl_conf")
     if res is None:
         return None

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabricops.errors import FabricopsError, ParseError
+from fabricops.evidence.hostfiles import parse_nccl_conf, parse_sysfs
+from fabricops.evidence.probes import PROBES
 from fabricops.model import rates
 from fabricops.model.nvlink import NVLINK
 from fabricops.model.profiles import threshold_for
@@ -135,7 +137,7 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
     # ibstat is read by the port checks and (link layers) by affinity, NCCL and pair planning.
     cmds["ibstat"] = "ibstat"
     if "hca_port" in want:
-        cmds["ib_rates"] = "grep -H '' /sys/class/infiniband/*/ports/*/rate"
+        cmds["ib_rates"] = PROBES["ib_rates"].command()
     if "error_counters" in want:
         for p in _ib_candidates(expect):
             cmds[f"perfquery:{p.device}"] = f"perfquery -C {shlex.quote(p.hca)} -P {p.port}"
@@ -174,7 +176,7 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
     if only in (None, "pairs"):
         cmds.update(pair_commands(expect))
     if "nccl_profile" in want and expect.nccl_profile:
-        cmds["nccl_conf"] = f"cat {shlex.quote(expect.nccl_conf_path)}"
+        cmds["nccl_conf"] = PROBES["nccl_conf"].command(path=expect.nccl_conf_path)
         if expect.nccl_profile == "roce":
             cmds["nccl_libs"] = nccl_libs_command()
             cmds.update(pair_commands(expect))  # the GID tables NCCL_IB_GID_INDEX must match
@@ -504,14 +506,13 @@ def _doca(ctx: _Ctx, rec: Any, got: str) -> None:
 
 
 def _sysfs_rates(raw: Raw) -> dict[str, Any]:
+    """``ib_rates`` (``grep -H`` of every port's sysfs rate, read by fabricops.evidence) ->
+    {"mlx5_0/1": SysfsRate}; a port whose rate does not read is left out."""
     res = raw.get("ib_rates") or {}
     out = {}
-    for line in (res.get("stdout") or "").splitlines():
-        m = re.match(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/rate:(.*)$", line.strip())
-        if not m:
-            continue
+    for key, port in parse_sysfs(res.get("stdout") or "")["ports"].items():
         try:
-            out[f"{m[1]}/{m[2]}"] = rates.parse_sysfs_rate(m[3].strip())
+            out[key] = rates.parse_sysfs_rate(port.get("rate", ""))
         except ValueError:
             continue
     return out
@@ -1062,17 +1063,6 @@ def _roce(ctx: _Ctx, layers: Mapping[str, str]) -> None:
             cause=CAUSES["roce"] if diffs else None,
             details={"desired": {"mlnx_qos": st["mlnx_qos"], "sysfs": st["sysfs"]}},
         )
-
-
-def parse_nccl_conf(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        k, _, v = line.partition("=")
-        out[k.strip()] = v.strip().strip('"').strip("'")
-    return out
 
 
 def _nccl(ctx: _Ctx, ibstat: Any) -> None:

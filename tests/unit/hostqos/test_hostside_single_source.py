@@ -140,7 +140,9 @@ def test_boot_program_needs_the_host_qos_modules_and_not_the_controller_ones():
     assert not any(p.startswith(("fabricops/model/", "fabricops/lab/")) for p in paths), paths
     assert "fabricops/hostqos/plan.py" not in paths  # the controller's side: the config is its output
     assert [f["path"] for f in ship.files_for("fabricops.monitor.collector")] == [
-        "fabricops/__init__.py", "fabricops/monitor/__init__.py", "fabricops/monitor/collector.py"]
+        "fabricops/__init__.py", "fabricops/evidence/__init__.py", "fabricops/evidence/errors.py",
+        "fabricops/evidence/hostfiles.py", "fabricops/evidence/tools.py", "fabricops/monitor/__init__.py",
+        "fabricops/monitor/collector.py"]
 
 
 def _filter():

@@ -162,27 +162,6 @@ def test_failing_sources_are_reported_not_fatal(tmp_path):
     assert not any(n == "fabricops_ib_port_expected_rate_bits_per_second" for n, _ in m)
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["v100_two_inactive_links.txt", "rtx_a6000_all_links_inactive.txt", "h800_8_links_elided_spaces.txt"],
-)
-def test_nvlink_status_agrees_with_the_fabricops_parser(name):
-    from fabricops.parsers.nvidia_smi import parse_nvlink
-
-    text = read_fixture("nvidia-smi-nvlink", name)
-    mine = c.parse_nvlink_status(text)
-    full = parse_nvlink(text)
-    expected = [(g.index, ln.link, ln.active) for g in full.gpus for ln in g.links]
-    assert [(x["gpu"], x["link"], x["up"]) for x in mine] == expected
-
-
-def test_nvlink_status_inactive_links():
-    mine = c.parse_nvlink_status(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt"))
-    inactive = [(x["gpu"], x["link"]) for x in mine if not x["up"]]
-    assert inactive and all(x["speed_gbs"] is None for x in mine if not x["up"])
-    assert {x["speed_gbs"] for x in mine if x["up"]} == {25.781}
-
-
 def test_nvlink_errors_capture():
     errs = c.parse_nvlink_errors(read_fixture("nvidia-smi-nvlink-errors", "h100_elided_stas00.txt"))
     assert {(e["link"], e["kind"]) for e in errs} == {
@@ -195,25 +174,6 @@ def test_nvlink_errors_capture():
     assert 'fabricops_nvlink_crc_errors_total{gpu="1",host="h",link="2"} 7' in reg.render()
 
 
-def test_ethtool_capture_and_errors():
-    stats = c.parse_ethtool_stats(read_fixture("ethtool-stats", "cx4_ubuntu1804_head_ethq8.txt"))
-    assert stats["rx_bytes"] == 2195783498134 and stats["tx_queue_stopped"] == 0
-    with pytest.raises(c.SourceError):
-        c.parse_ethtool_stats("")
-    with pytest.raises(c.SourceError):
-        c.parse_ethtool_stats(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt"))
-    with pytest.raises(c.SourceError):
-        c.parse_nvlink_status("NIC statistics:\n     rx_bytes: 1\n")
-
-
-def test_rate_and_state_parsing():
-    assert c.parse_rate("2.5 Gb/sec (1X SDR)") == (2.5e9, 1, "SDR")
-    assert c.parse_rate("400 Gb/sec (4X NDR)") == (400e9, 4, "NDR")
-    assert c.parse_state("4: ACTIVE") == (4, "ACTIVE")
-    with pytest.raises(c.SourceError):
-        c.parse_rate("fast")
-
-
 def test_write_atomic_and_main(tmp_path, capsys):
     root = make_sysfs(tmp_path / "sys")
     out = tmp_path / "tf" / "fabricops.prom"
@@ -224,6 +184,21 @@ def test_write_atomic_and_main(tmp_path, capsys):
     text = out.read_text()
     assert 'host="gpu09"' in text and oct(out.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in out.parent.iterdir()] == ["fabricops.prom"]  # no temp file left
+
+
+def test_the_collector_reads_with_the_evidence_parsers():
+    """One copy of each parser (fabricops.evidence); the collector's names stay importable."""
+    from fabricops.evidence import errors, hostfiles, tools
+
+    assert c.SourceError is errors.SourceError
+    for name in ("parse_rate", "parse_state", "parse_gts"):
+        assert getattr(c, name) is getattr(hostfiles, name)
+    for name in ("parse_ethtool_stats", "parse_nvlink_status", "parse_nvlink_errors", "parse_gpu_addresses",
+                 "parse_lspci_acs", "parse_mlxconfig_pending", "parse_mlxfwmanager", "parse_dkms_status",
+                 "parse_sb_state", "pci_address"):
+        assert getattr(c, name) is getattr(tools, name)
+    own = [n for n, v in vars(c).items() if n.startswith("parse_") and v.__module__ == c.__name__]
+    assert own == [], f"parsers defined in the collector instead of fabricops.evidence: {own}"
 
 
 def test_escape_label_values():

@@ -1,12 +1,12 @@
 """Collector metrics of issue 20: NIC firmware reset pending / versions, DKMS modules per kernel,
-Secure Boot. The stdlib readings are fed the real captures of tests/fixtures/ (first line: the
-public source) and must agree with the controller's parsers (fabricops.parsers.*)."""
+Secure Boot, fed the real captures of tests/fixtures/ (first line: the public source). The stdlib
+readings themselves (fabricops.evidence.tools) are tested, against the controller's parsers, in
+tests/unit/evidence/test_evidence_tools.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from captures import read_fixture
 from test_collector import _write, fake_run, get, parse_exposition
 
@@ -83,57 +83,6 @@ def test_unreadable_mlxconfig_is_a_failed_source_not_a_zero(tmp_path):
     assert get(m, "fabricops_collector_source_up", source="mlxconfig") == 0
     assert get(m, "fabricops_collector_source_up", source="mlxfwmanager") == 0
     assert "fabricops_nic_fw_reset_pending{" not in text
-
-
-@pytest.mark.parametrize("name", [EQ_PENDING, "cx5_vpi_full_query_rst_indented.txt"])
-def test_pending_agrees_with_the_controller_parser(name):
-    from fabricops.parsers import mlxconfig
-
-    text = read_fixture("mlxconfig", name)
-    q = mlxconfig.parse_query(text)
-    if "current" not in q["columns"]:
-        with pytest.raises(c.SourceError):
-            c.parse_mlxconfig_pending(text)
-        return
-    want = sorted(k for k, v in q["configs"].items() if not mlxconfig.same(v["current"], v["next"]))
-    assert sorted(c.parse_mlxconfig_pending(text)) == want
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "cx7_mlxup_burned_not_running.txt",
-        "cx5_shs_docs_up_to_date.txt",
-        "bf2_online_update_running.txt",
-        "cx6lx_mlxup_update_required.txt",
-    ],
-)
-def test_mlxfwmanager_agrees_with_the_controller_parser(name):
-    from fabricops.parsers import mlxfwmanager
-
-    text = read_fixture("mlxfwmanager", name)
-    want = [
-        (r["psid"], mlxfwmanager.fw_burned(r), mlxfwmanager.fw_running(r))
-        for r in mlxfwmanager.parse_query(text)
-    ]
-    assert [(r["psid"], r["burned"], r["running"]) for r in c.parse_mlxfwmanager(text)] == want
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "dkms2_rocm_added.txt",
-        "dkms2_rocm_built_original_module.txt",
-        "dkms3010_nvidia_rtl8852bu.txt",
-        "dkms3_i915_sriov_diff_warning.txt",
-    ],
-)
-def test_dkms_status_agrees_with_the_controller_parser(name):
-    from fabricops.parsers import dkms
-
-    text = read_fixture("dkms-status", name)
-    want = [(r["module"], r["kernel"], r["state"]) for r in dkms.parse_status(text)]
-    assert [(r["module"], r["kernel"], r["state"]) for r in c.parse_dkms_status(text)] == want
 
 
 def test_dkms_missing_for_the_next_boot_kernel(tmp_path):

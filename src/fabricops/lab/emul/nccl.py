@@ -93,11 +93,18 @@ def _err(text: str) -> None:
 # --- NCCL's own rules ----------------------------------------------------------------------
 
 
-def parse_nccl_conf(text: str) -> dict[str, str]:
-    """NAME=value lines the way NCCL's setEnvFile reads them (src/misc/param.cc): up to the first
-    '=' is the name, the rest the value; lines without '=' are skipped; no comment syntax."""
+def set_env_file(text: str) -> dict[str, str]:
+    """What the emulated NCCL takes from an nccl.conf: NCCL's setEnvFile (src/misc/param.cc) read
+    as NCCL reads it: up to the first '=' is the name, the rest the value, verbatim; lines without
+    '=' are skipped; the first line of a name wins (setenv without overwrite); a '#' line sets a
+    name no NCCL_* lookup reads, so only names NCCL could look up are kept.
+
+    Not fabricops.evidence.hostfiles.parse_nccl_conf on purpose: this package is copied onto the
+    emulated hosts alone (lab/hosts.py install_emulated_software) and imports nothing of the product,
+    and the emulated NCCL is the independent reading the product's parser is tested against
+    (tests/unit/evidence/test_hostfiles.py)."""
     env: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         name, eq, value = line.partition("=")
         if eq and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             env.setdefault(name, value)
@@ -358,7 +365,7 @@ def rank_info(program: str | None = None) -> dict[str, Any]:
             facts.pop("shown_device", None)
             ports.append(facts)
     try:
-        conf = parse_nccl_conf(devstate.path("etc/nccl.conf").read_text())
+        conf = set_env_file(devstate.path("etc/nccl.conf").read_text())
     except OSError:
         conf = {}
     exe = None
