@@ -96,7 +96,7 @@ def evidence(**over) -> dict:
 
 
 def kinds(findings):
-    return [(f.kind, f.device) for f in findings]
+    return [(f.check, f.device) for f in findings]
 
 
 def test_healthy_gives_no_finding():
@@ -120,13 +120,13 @@ def test_port_down_first_with_symptom_evidence_cause_remedy():
     assert kinds(found)[0] == ("port_down", "mlx5_0/1")
     assert ("gid_index", "mlx5_2/1") in kinds(found)  # a lesser finding still listed, after
     f = found[0]
-    assert "NCCL timeout" in f.symptom and "ibp26s0" in f.cause and "Disabled" in f.evidence[0] and f.remedy
+    assert "NCCL timeout" in f.message and "ibp26s0" in f.cause and "Disabled" in f.evidence[0] and f.action
 
 
 def test_reduced_width_and_lower_speed():
     found = d.analyse({"h": evidence(sysfs=ok(sysfs(**{"mlx5_1/1/rate": "200 Gb/sec (2X NDR)"})))}, CTX)
     assert kinds(found) == [("port_degraded", "mlx5_1/1")]
-    assert "2X instead of 4X" in found[0].cause and found[0].symptom == d.SYMPTOM_SLOW
+    assert "2X instead of 4X" in found[0].cause and found[0].message == d.SYMPTOM_SLOW
     found = d.analyse({"h": evidence(sysfs=ok(sysfs(**{"mlx5_1/1/rate": "200 Gb/sec (4X HDR)"})))}, CTX)
     assert "negotiated HDR" in found[0].cause
     # no profile rate, no judgement
@@ -157,7 +157,7 @@ def test_flapping_at_the_profile_threshold_and_symbol_errors():
 def test_nvlink_inactive_from_a_real_capture():
     raw = evidence(nvlink=ok(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt")))
     found = d.analyse({"h": raw}, CTX)
-    assert found and all(f.kind == "nvlink_inactive" for f in found)
+    assert found and all(f.check == "nvlink_inactive" for f in found)
     assert "<inactive>" in found[0].evidence[0] and found[0].device.startswith("GPU")
 
 
@@ -197,8 +197,11 @@ def test_pfc_mismatch_with_the_definition_and_the_switch():
 
 
 def test_gid_index_must_select_roce_v2_ipv4():
-    found = d.analyse({"h": evidence(nccl=ok("# tuned\nNCCL_IB_GID_INDEX = 1\n"))}, CTX)
+    found = d.analyse({"h": evidence(nccl=ok("# tuned\nNCCL_IB_GID_INDEX=1\n"))}, CTX)
     assert kinds(found) == [("gid_index", "mlx5_2/1")] and "NCCL_IB_GID_INDEX=1" in found[0].cause
+    # /etc/nccl.conf is read as NCCL reads it (fabricops.evidence.hostfiles.parse_nccl_conf): "NAME = 1"
+    # sets the variable "NAME " that NCCL never reads, so no GID index is chosen there and none is judged
+    assert d.analyse({"h": evidence(nccl=ok("# tuned\nNCCL_IB_GID_INDEX = 1\n"))}, CTX) == []
 
 
 def test_mtu_mismatch_between_hosts_from_real_ibv_devinfo():
@@ -211,7 +214,7 @@ def test_mtu_mismatch_between_hosts_from_real_ibv_devinfo():
         "c": evidence(ibv_devinfo=ok(other)),
     }
     found = d.analyse(ev, CTX)
-    assert [(f.kind, f.host) for f in found] == [("mtu_mismatch", "c")]
+    assert [(f.check, f.host) for f in found] == [("mtu_mismatch", "c")]
     assert "1024" in found[0].evidence[0] and "4096" in found[0].cause
 
 
@@ -230,8 +233,70 @@ def test_order_by_likelihood_across_hosts():
         ),
     }
     found = d.analyse(ev, CTX)
-    assert [f.kind for f in found][:2] == ["port_down", "nvlink_inactive"] and found[-1].kind == "gid_index"
-    assert [f.likelihood for f in found] == sorted((f.likelihood for f in found), reverse=True)
+    assert [f.check for f in found][:2] == ["port_down", "nvlink_inactive"] and found[-1].check == "gid_index"
+    assert [d.likelihood(f) for f in found] == sorted((d.likelihood(f) for f in found), reverse=True)
+
+
+def test_a_finding_is_a_failed_result_of_category_diagnose(monkeypatch):
+    """Finding(host, kind, symptom, cause, evidence, remedy, device, likelihood) became the one result
+    type: check is the kind, message the symptom, action the remedy, likelihood in details."""
+    from fabricops import result
+
+    monkeypatch.setattr(result, "clock", lambda: "2025-01-31T12:00:00Z")
+    raw = evidence(
+        sysfs=ok(sysfs(**{"mlx5_0/1/state": "1: DOWN"})),
+        nvlink=ok(read_fixture("nvidia-smi-nvlink", "v100_two_inactive_links.txt")),
+        **{"ping:gpu02:10.0.0.2": {"rc": 1, "stdout": "100% packet loss", "stderr": ""}},
+    )
+    found = d.analyse({"gpu01": raw}, CTX)
+    assert all(isinstance(f, result.Result) for f in found)
+    assert {(f.category, f.status, f.severity) for f in found} == {("diagnose", result.FAIL, "critical")}
+    assert all(f.details["likelihood"] == d.LIKELIHOOD[f.check] for f in found)
+    assert all(f.observed_at == "2025-01-31T12:00:00Z" for f in found)
+    by_kind = {f.check: f for f in found}
+    down = by_kind["port_down"]
+    assert down.host == "gpu01" and down.device == "mlx5_0/1"
+    assert down.message == f"{d.SYMPTOM_HANG}; {d.SYMPTOM_SLOW}"
+    assert down.cause.startswith("mlx5_0/1 (ibp26s0) is down") and down.action.startswith("Check the cable")
+    assert down.evidence == ["sysfs mlx5_0/1: state 1: DOWN, phys_state 5: LinkUp, rate 400 Gb/sec (4X NDR)"]
+    assert down.component == result.Component("hca_port", "mlx5_0/1", "gpu01")
+    assert by_kind["nvlink_inactive"].component.kind == "gpu"
+    assert by_kind["connectivity"].component == result.Component("host", "gpu01", "gpu01")
+
+
+def _one_finding():
+    from fabricops.result import FAIL, Result
+
+    return Result("diagnose", "port_down", "gpu01", "mlx5_0/1", FAIL, "NCCL timeout / hang",
+                  cause="it is down", evidence=["sysfs mlx5_0/1: state 1: DOWN", "ibstat: Disabled"],
+                  action="Reseat the cable.", details={"likelihood": 100})
+
+
+def test_reports_are_derived_from_the_result():
+    f = _one_finding()
+    data = json.loads(d.to_json([f], ["gpu01", "gpu02"]))
+    assert data["exit_status"] == 1 and data["healthy"] is False
+    (rec,) = data["findings"]
+    assert {k: rec[k] for k in ("host", "kind", "symptom", "cause", "evidence", "remedy", "device",
+                                "likelihood")} == {
+        "host": "gpu01", "kind": "port_down", "symptom": "NCCL timeout / hang", "cause": "it is down",
+        "evidence": ["sysfs mlx5_0/1: state 1: DOWN", "ibstat: Disabled"], "remedy": "Reseat the cable.",
+        "device": "mlx5_0/1", "likelihood": 100}
+    assert rec["component"] == {"kind": "hca_port", "name": "mlx5_0/1", "host": "gpu01"}
+    junit = d.to_junit([f], ["gpu01", "gpu02"])
+    assert '<failure message="it is down" type="port_down">' in junit and 'failures="1"' in junit
+    assert ("symptom: NCCL timeout / hang\nevidence: sysfs mlx5_0/1: state 1: DOWN\n"
+            "evidence: ibstat: Disabled\nremedy: Reseat the cable.") in junit
+    text = d.terminal([f], ["gpu01"])
+    assert text.splitlines() == [
+        "1. [gpu01 mlx5_0/1] it is down", "   symptom:  NCCL timeout / hang",
+        "   evidence: sysfs mlx5_0/1: state 1: DOWN", "   evidence: ibstat: Disabled",
+        "   remedy:   Reseat the cable.",
+    ]
+    assert d.exit_status([f], ["gpu01"], {}) == 1
+    assert d.exit_status([], ["gpu01"], {}) == 0
+    assert d.exit_status([], ["gpu01"], {"gpu02": "unreachable"}) == EXIT_NORUN
+    assert d.exit_status([], [], {}) == EXIT_NORUN
 
 
 def test_from_ansible_and_cli_from_evidence(tmp_path, capsys):
@@ -264,6 +329,13 @@ def test_from_ansible_and_cli_from_evidence(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["healthy"] is False and report["findings"][0]["kind"] == "port_down"
     assert {"symptom", "evidence", "cause", "remedy"} <= set(report["findings"][0])
+    first = report["findings"][0]
+    # the finding record's keys of before stay, the result's fields join them (docs/diagnose.md)
+    assert first["host"] == "gpu04" and first["device"] == "mlx5_0/1" and first["likelihood"] == 100
+    assert first["check"] == first["kind"] and first["category"] == "diagnose" and first["status"] == "fail"
+    assert first["message"] == first["symptom"] and first["action"] == first["remedy"]
+    assert first["component"] == {"kind": "hca_port", "name": "mlx5_0/1", "host": "gpu04"}
+    assert first["severity"] == "critical" and first["observed_at"].endswith("Z")
     assert "1. [gpu04 mlx5_0/1]" in capsys.readouterr().out
 
 
@@ -346,12 +418,12 @@ def test_mtu_mismatch_is_judged_per_rail():
     mixed = _mtu_on(text, "mlx4_0", 2048)
     assert mixed != text
     ev = {h: evidence(ibv_devinfo=ok(mixed)) for h in ("a", "b", "c")}
-    assert [f for f in d.analyse(ev, CTX) if f.kind == "mtu_mismatch"] == []
+    assert [f for f in d.analyse(ev, CTX) if f.check == "mtu_mismatch"] == []
     ev["c"] = evidence(ibv_devinfo=ok(text))
-    found = [f for f in d.analyse(ev, CTX) if f.kind == "mtu_mismatch"]
+    found = [f for f in d.analyse(ev, CTX) if f.check == "mtu_mismatch"]
     assert [(f.host, f.device) for f in found] == [("c", "mlx4_0/1")]
     assert "rail mlx4_0/1: active MTU 4096 on c where the other hosts of the rail have 2048" in found[0].cause
-    assert "NVIDIA/nccl#1524" in found[0].cause and "rail mlx4_0/1" in found[0].remedy
+    assert "NVIDIA/nccl#1524" in found[0].cause and "rail mlx4_0/1" in found[0].action
 
 
 # --- the GPU path: PCIe link, ACS, IOMMU, GPUDirect mechanism (issue 19) ---------------------------
@@ -426,10 +498,10 @@ def test_downtrained_hca_link_is_named_with_cause_and_remedy():
     found = d.analyse({"gpu04": gpu_path(pcie_sysfs=ok(slow))}, CTX)
     assert kinds(found) == [("pcie_downtrained", "mlx5_0")]
     f = found[0]
-    assert f.symptom == d.SYMPTOM_SLOW
+    assert f.message == d.SYMPTOM_SLOW
     assert "mlx5_0 (0000:1a:00.0) PCIe link trained at x8 16 GT/s of x16 32 GT/s" in f.cause
     assert "lanes lost" in f.cause and "current_link_width 8" in f.evidence[0]
-    assert "Reseat mlx5_0" in f.remedy and "lspci -s 0000:1a:00.0 -vvv" in f.remedy
+    assert "Reseat mlx5_0" in f.action and "lspci -s 0000:1a:00.0 -vvv" in f.action
 
 
 def test_hca_at_full_width_lower_speed_names_speed_cause_a_gpu_does_not():
@@ -445,9 +517,9 @@ def test_acs_redirect_between_gpu_and_nic():
     found = d.analyse({"gpu04": gpu_path(lspci=ok(_lspci(_ACS_ON)))}, CTX)
     assert kinds(found) == [("acs_redirect", "0000:17:02.0")]
     f = found[0]
-    assert "NCCL timeout" in f.symptom and "bandwidth too low" in f.symptom
+    assert "NCCL timeout" in f.message and "bandwidth too low" in f.message
     assert "between GPU0-mlx5_0" in f.cause and "nccl#1737" in f.cause
-    assert "Disable ACS" in f.remedy and "setpci -s 0000:17:02.0" in f.remedy
+    assert "Disable ACS" in f.action and "setpci -s 0000:17:02.0" in f.action
 
 
 def test_translated_iommu_with_cmdline_as_evidence():
@@ -456,14 +528,14 @@ def test_translated_iommu_with_cmdline_as_evidence():
     f = found[0]
     assert "DMA-FQ" in f.cause and "GPU0, mlx5_0" in f.cause
     assert "/proc/cmdline: BOOT_IMAGE=/vmlinuz ro quiet" in f.evidence
-    assert "iommu=pt" in f.remedy
+    assert "iommu=pt" in f.action
 
 
 def test_no_gpudirect_mechanism_and_dmabuf_is_enough():
     no_peermem = ok("Module                  Size  Used by\nnvidia              56840192  0\n")
     found = d.analyse({"gpu04": gpu_path(lsmod=no_peermem)}, CTX)
     assert kinds(found) == [("no_gpudirect", None)]
-    assert "nvidia_peermem is not loaded" in found[0].cause and "gpudirect role" in found[0].remedy
+    assert "nvidia_peermem is not loaded" in found[0].cause and "gpudirect role" in found[0].action
     assert d.analyse({"gpu04": gpu_path(lsmod=no_peermem, modinfo_nvidia=ok("Dual MIT/GPL\n"))}, CTX) == []
     old = gpu_path(lsmod=no_peermem, modinfo_nvidia=ok("Dual MIT/GPL\n"), uname=ok("5.4.0-150-generic\n"))
     assert kinds(d.analyse({"gpu04": old}, CTX)) == [("no_gpudirect", None)]

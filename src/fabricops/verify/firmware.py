@@ -20,9 +20,9 @@ What is expected comes from the inventory (:func:`expect_from_hostvars`): the ni
 declares nothing for it; a host that declares state and whose tool is missing or whose output is
 unreadable is ERROR (could not check: failing closed), never a pass.
 
-The judging functions (``judge_*``) are pure and return :class:`Item` s; verify turns them into
-check results (:func:`evaluate`) and ``fabricops diagnose`` into findings (:func:`problems`): one
-home for each rule.
+The judging functions (``judge_*``) are pure and return :class:`fabricops.result.Result` s (the one
+verdict type); verify adds them to its check results (:func:`evaluate`) and ``fabricops diagnose``
+words the failed ones as findings (:func:`problems`): one home for each rule.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import FabricopsError, ParseError
-from fabricops.verify.result import ERROR, FAIL, PASS, SKIP
+from fabricops.result import ERROR, FAIL, PASS, SKIP, Result
 
 FW_CHECKS = ("nic_fw_reset_pending", "nic_fw_config", "nic_fw_version", "dkms_modules", "secure_boot_signing")
 PROBE_KEY = "fw_probe"
@@ -253,25 +253,27 @@ def _mod(name: str) -> Any:
 # --- judging (pure) ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Item:
-    """One verdict: a check result in verify, a finding in diagnose (when FAIL)."""
+def _result(
+    host: str,
+    check: str,
+    device: str | None,
+    status: str,
+    message: str,
+    *,
+    kind: str | None = None,
+    remedy: str | None = None,
+    details: Mapping[str, Any] | None = None,
+    **kw: Any,
+) -> Result:
+    """One firmware/DKMS verdict (verify's category ``hosts``). The remedy is its ``action``; a FAIL
+    names the diagnose finding it is worded as in ``details["kind"]`` (docs/troubleshooting.md)."""
+    info = {**(details or {}), **({"kind": kind} if kind else {})}
+    return Result("hosts", check, host, device, status, message, action=remedy, details=info, **kw)
 
-    check: str
-    device: str | None
-    status: str
-    message: str
-    kind: str | None = None  #: diagnose finding kind of a FAIL
-    cause: str | None = None
-    remedy: str | None = None
-    measured: Any = None
-    threshold: Any = None
-    details: dict[str, Any] = field(default_factory=dict)
 
-
-def _hcas(fw: FirmwareExpect, probe: Probe, planned: Sequence[str]) -> tuple[list[str], list[Item], str]:
+def _hcas(fw: FirmwareExpect, probe: Probe, planned: Sequence[str]) -> tuple[list[str], list[str], str]:
     """The HCAs firmware is declared for (nic_firmware_devices, else every one found, planned
-    included) and ERROR items for a wanted HCA that sysfs does not show."""
+    included), the wanted HCAs that sysfs does not show (each an ERROR) and the scope's name."""
     found = set(probe.hcas)
     wanted = list(fw.devices) or sorted(found | set(planned), key=_natural)
     errs = []
@@ -295,17 +297,21 @@ def judge_config(
     probe: Probe,
     planned: Sequence[str] = (),
     ports: Mapping[str, int] | None = None,
-) -> list[Item]:
+) -> list[Result]:
     """nic_fw_config and nic_fw_reset_pending (configuration part) per HCA."""
-    out: list[Item] = []
+    out: list[Result] = []
     if not fw.fw_declared:
         why = f"{host}: no nic_firmware_* state declared in the inventory (not applicable)"
-        return [Item("nic_fw_config", None, SKIP, why), Item("nic_fw_reset_pending", None, SKIP, why)]
+        return [
+            _result(host, "nic_fw_config", None, SKIP, why),
+            _result(host, "nic_fw_reset_pending", None, SKIP, why),
+        ]
     devs, missing, _scope = _hcas(fw, probe, planned)
     for dev in missing:
         for check in ("nic_fw_config", "nic_fw_reset_pending"):
             out.append(
-                Item(
+                _result(
+                    host,
                     check,
                     dev,
                     ERROR,
@@ -316,7 +322,8 @@ def judge_config(
     if not devs and not missing:
         for check in ("nic_fw_config", "nic_fw_reset_pending"):
             out.append(
-                Item(
+                _result(
+                    host,
                     check,
                     None,
                     ERROR,
@@ -329,7 +336,9 @@ def judge_config(
         mlxconfig = _mod("fabricops.parsers.mlxconfig")
     except ImportError as exc:
         return [
-            Item(c, None, ERROR, f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)")
+            _result(
+                host, c, None, ERROR, f"{host}: {exc.name or exc} is missing (cannot judge: failing closed)"
+            )
             for c in ("nic_fw_config", "nic_fw_reset_pending")
         ]
     firmware: Any = None
@@ -338,7 +347,8 @@ def judge_config(
             firmware = _mod("fabricops.firmware")
         except ImportError as exc:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_config",
                     None,
                     ERROR,
@@ -353,7 +363,8 @@ def judge_config(
             hint = f"; {REMEDY['mft']}" if absent else ""
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
                 out.append(
-                    Item(
+                    _result(
+                        host,
                         check,
                         dev,
                         ERROR,
@@ -368,7 +379,8 @@ def judge_config(
         except ParseError as exc:
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
                 out.append(
-                    Item(
+                    _result(
+                        host,
                         check,
                         dev,
                         ERROR,
@@ -380,7 +392,8 @@ def judge_config(
         if "current" not in (q.get("columns") or []):
             for check in ("nic_fw_config", "nic_fw_reset_pending"):
                 out.append(
-                    Item(
+                    _result(
+                        host,
                         check,
                         dev,
                         ERROR,
@@ -398,7 +411,8 @@ def judge_config(
         if pending:
             listing = ", ".join(f"{k} current {cur} next boot {nxt}" for k, (cur, nxt) in pending.items())
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_reset_pending",
                     dev,
                     FAIL,
@@ -418,7 +432,8 @@ def judge_config(
             )
         else:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_reset_pending",
                     dev,
                     PASS,
@@ -433,7 +448,8 @@ def judge_config(
             continue
         if firmware is None:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_config",
                     dev,
                     SKIP,
@@ -452,7 +468,8 @@ def judge_config(
             )
         except (FabricopsError, ValueError, TypeError) as exc:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_config",
                     dev,
                     ERROR,
@@ -500,7 +517,8 @@ def judge_config(
         if bad:
             remedy = REMEDY["config"] if any(r == "config" for _k, _m, r in bad) else REMEDY["reset"]
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_config",
                     dev,
                     FAIL,
@@ -525,7 +543,8 @@ def judge_config(
             )
         else:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_config",
                     dev,
                     PASS,
@@ -539,11 +558,12 @@ def judge_config(
     return out
 
 
-def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence[str] = ()) -> list[Item]:
+def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence[str] = ()) -> list[Result]:
     """nic_fw_version (running vs the pin of its PSID) and the burned-not-running reset."""
     if not fw.versions:
         return [
-            Item(
+            _result(
+                host,
                 "nic_fw_version",
                 None,
                 SKIP,
@@ -552,7 +572,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
         ]
     if not isinstance(fw.versions, Mapping):
         return [
-            Item(
+            _result(
+                host,
                 "nic_fw_version",
                 None,
                 ERROR,
@@ -561,7 +582,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
         ]
     devs, missing, _scope = _hcas(fw, probe, planned)
     out = [
-        Item(
+        _result(
+            host,
             "nic_fw_version",
             d,
             ERROR,
@@ -573,7 +595,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
     if why:
         return [
             *out,
-            Item(
+            _result(
+                host,
                 "nic_fw_version",
                 None,
                 ERROR,
@@ -589,12 +612,15 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
     except ImportError as exc:
         return [
             *out,
-            Item("nic_fw_version", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed"),
+            _result(
+                host, "nic_fw_version", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed"
+            ),
         ]
     except ParseError as exc:
         return [
             *out,
-            Item(
+            _result(
+                host,
                 "nic_fw_version",
                 None,
                 ERROR,
@@ -605,7 +631,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
     pins = {str(k): str(v) for k, v in fw.versions.items()}
     if not devs and not missing:
         out.append(
-            Item(
+            _result(
+                host,
                 "nic_fw_version",
                 None,
                 ERROR,
@@ -618,7 +645,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
         rec = by_pci.get(_pci(bdf))
         if rec is None:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     ERROR,
@@ -640,7 +668,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
         }
         if pinned is None:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     SKIP,
@@ -651,7 +680,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
             )
         elif running == pinned and burned == pinned:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     PASS,
@@ -663,7 +693,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
             )
         elif burned == pinned:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     FAIL,
@@ -682,7 +713,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
             )
         elif running == pinned:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     FAIL,
@@ -699,7 +731,8 @@ def judge_version(host: str, fw: FirmwareExpect, probe: Probe, planned: Sequence
             )
         else:
             out.append(
-                Item(
+                _result(
+                    host,
                     "nic_fw_version",
                     dev,
                     FAIL,
@@ -732,23 +765,25 @@ def kernels(doca: Any, fw: FirmwareExpect, running: str, next_boot: str | None) 
     return out
 
 
-def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
+def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Result]:
     """dkms_modules: the DKMS modules are installed for the running and the next-boot kernel."""
     if not fw.dkms:
         return [
-            Item(
+            _result(
+                host,
                 "dkms_modules",
                 None,
                 SKIP,
                 f"{host}: mlnx_ofed_install_method {fw.install_method} (not a DKMS stack): not applicable",
             )
         ]
-    out: list[Item] = []
+    out: list[Result] = []
     rel, why, _ = _section(probe, "uname", "uname -r")
     running = (rel or "").strip() or None
     if running is None:
         return [
-            Item(
+            _result(
+                host,
                 "dkms_modules",
                 None,
                 ERROR,
@@ -759,7 +794,11 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
         doca = _mod("fabricops.doca")
         dkms = _mod("fabricops.parsers.dkms")
     except ImportError as exc:
-        return [Item("dkms_modules", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")]
+        return [
+            _result(
+                host, "dkms_modules", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed"
+            )
+        ]
     boot, why_b, _ = _section(probe, "boot", "ls -1 /boot")
     next_boot = None
     if boot is not None:
@@ -770,7 +809,8 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
             next_boot = None
     if "next" in fw.dkms_kernels and next_boot is None:
         out.append(
-            Item(
+            _result(
+                host,
                 "dkms_modules",
                 "next",
                 ERROR,
@@ -782,7 +822,8 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     if why_d:
         return [
             *out,
-            Item(
+            _result(
+                host,
                 "dkms_modules",
                 None,
                 ERROR,
@@ -797,7 +838,9 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     except ParseError as exc:
         return [
             *out,
-            Item("dkms_modules", None, ERROR, f"{host}: dkms status unreadable ({exc}): failing closed"),
+            _result(
+                host, "dkms_modules", None, ERROR, f"{host}: dkms status unreadable ({exc}): failing closed"
+            ),
         ]
     modules = list(fw.dkms_modules or doca.stack_dkms_modules(status))
     for rel_, boots in kernels(doca, fw, running, next_boot).items():
@@ -812,7 +855,8 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
                 else "the next-boot kernel: the host boots without its RDMA driver"
             )
             out.append(
-                Item(
+                _result(
+                    host,
                     "dkms_modules",
                     rel_,
                     FAIL,
@@ -832,7 +876,8 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
             )
         else:
             out.append(
-                Item(
+                _result(
+                    host,
                     "dkms_modules",
                     rel_,
                     PASS,
@@ -845,11 +890,12 @@ def judge_dkms(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
     return out
 
 
-def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]:
+def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Result]:
     """secure_boot_signing: Secure Boot on -> the DKMS signing key is enrolled and mlx5_core is signed."""
     if not fw.dkms:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 SKIP,
@@ -857,10 +903,11 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
             )
         ]
     if probe.error:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: {probe.error}")]
+        return [_result(host, "secure_boot_signing", None, ERROR, f"{host}: {probe.error}")]
     if probe.flags.get("efi") is False:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 PASS,
@@ -870,18 +917,27 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
             )
         ]
     if "efi" not in probe.flags:
-        return [Item("secure_boot_signing", None, ERROR, f"{host}: EFI state not read: failing closed")]
+        return [
+            _result(host, "secure_boot_signing", None, ERROR, f"{host}: EFI state not read: failing closed")
+        ]
     try:
         mok = _mod("fabricops.parsers.mokutil")
     except ImportError as exc:
         return [
-            Item("secure_boot_signing", None, ERROR, f"{host}: {exc.name or exc} is missing: failing closed")
+            _result(
+                host,
+                "secure_boot_signing",
+                None,
+                ERROR,
+                f"{host}: {exc.name or exc} is missing: failing closed",
+            )
         ]
     sec = probe.sections.get("sb_state")
     if sec is None or sec["rc"] == 127 or sec["rc"] is None:
         what = "mokutil is not installed" if sec and sec["rc"] == 127 else "mokutil --sb-state not read"
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 ERROR,
@@ -893,7 +949,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
         sb = mok.parse_sb_state(sec["stdout"])  # mokutil exits non-zero without EFI variables: judge the text
     except ParseError as exc:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 ERROR,
@@ -902,7 +959,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
         ]
     if not sb:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 PASS,
@@ -914,7 +972,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
     info: dict[str, Any] = {"secure_boot": True, "key": MOK_PUB, "mlx5_core_loaded": probe.flags.get("mlx5")}
     if probe.flags.get("keyfile") is False:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 FAIL,
@@ -936,7 +995,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
         enrolled = mok.parse_test_key(tk["stdout"])
     except ParseError as exc:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 ERROR,
@@ -945,7 +1005,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
         ]
     if not enrolled:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 FAIL,
@@ -962,7 +1023,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
         ]
     if probe.flags.get("mokqueued"):
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 FAIL,
@@ -982,7 +1044,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
     signer, why, _ = _section(probe, "signer", "modinfo -F signer mlx5_core")
     if why:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 ERROR,
@@ -994,7 +1057,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
     info["signer"] = signer
     if not signer:
         return [
-            Item(
+            _result(
+                host,
                 "secure_boot_signing",
                 None,
                 FAIL,
@@ -1009,7 +1073,8 @@ def judge_secure_boot(host: str, fw: FirmwareExpect, probe: Probe) -> list[Item]
             )
         ]
     return [
-        Item(
+        _result(
+            host,
             "secure_boot_signing",
             None,
             PASS,
@@ -1028,13 +1093,13 @@ def judge(
     want: set[str],
     planned: Sequence[str] = (),
     ports: Mapping[str, int] | None = None,
-) -> list[Item]:
+) -> list[Result]:
     """Every wanted firmware/DKMS check of a host from the probe's result."""
     needs_probe = (fw.fw_declared and want & {"nic_fw_config", "nic_fw_reset_pending", "nic_fw_version"}) or (
         fw.dkms and want & {"dkms_modules", "secure_boot_signing"}
     )
     probe = split_probe(res) if needs_probe else Probe()
-    items: list[Item] = []
+    items: list[Result] = []
     if want & {"nic_fw_config", "nic_fw_reset_pending"}:
         items += [i for i in judge_config(host, fw, probe, planned, ports) if i.check in want]
     if "nic_fw_version" in want:
@@ -1046,8 +1111,8 @@ def judge(
     return items
 
 
-def problems(host: str, fw: FirmwareExpect, res: Mapping[str, Any] | None) -> list[Item]:
-    """The failed items (diagnose's findings): what could not be read is no finding there."""
+def problems(host: str, fw: FirmwareExpect, res: Mapping[str, Any] | None) -> list[Result]:
+    """The failed results (diagnose's findings): what could not be read is no finding there."""
     return [i for i in judge(host, fw, res, set(FW_CHECKS)) if i.status == FAIL]
 
 
@@ -1063,7 +1128,7 @@ def evaluate(ctx: Any, want: set[str]) -> None:
         ports[p.hca] = max(ports.get(p.hca, 0), p.port)
     for i in judge(ctx.host, fw, ctx.raw.get(PROBE_KEY), want, planned, ports):
         ctx.add(
-            "hosts",
+            i.category,
             i.check,
             i.device,
             i.status,
@@ -1071,7 +1136,10 @@ def evaluate(ctx: Any, want: set[str]) -> None:
             measured=i.measured,
             threshold=i.threshold,
             cause=i.cause,
-            details={**i.details, **({"remedy": i.remedy} if i.remedy else {})},
+            action=i.action,
+            observed_at=i.observed_at,
+            # docs/verify.md: details.remedy carries the remedy in the JSON report (as before action)
+            details={**i.details, **({"remedy": i.action} if i.action else {})},
         )
 
 

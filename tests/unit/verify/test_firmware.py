@@ -246,6 +246,34 @@ def test_hostchecks_wiring_runs_the_probe_and_judges(monkeypatch):
     assert ("dkms_modules", SKIP) in got and ("nic_fw_version", SKIP) in got
 
 
+def test_judges_return_the_one_result_type_and_verify_keeps_the_remedy(monkeypatch):
+    """firmware.Item is gone: a judge returns fabricops.result.Result (category hosts, the host named,
+    the remedy as action, a FAIL's diagnose kind in details); verify's result keeps details.remedy
+    (docs/verify.md) and gains action."""
+    from fabricops import result
+
+    monkeypatch.setattr(result, "clock", lambda: "2025-01-31T12:00:00Z")
+    cfg = dict(GOOD_CFG, ATS_ENABLED=_cfg("False(0)", "True(1)"))
+    res = probe(mlxconfig={"mlx5_0": _query(cfg)})
+    (r,) = _j("nic_fw_reset_pending", res)
+    assert isinstance(r, result.Result) and (r.category, r.host, r.device) == ("hosts", "gpu01", "mlx5_0")
+    assert r.action == firmware.REMEDY["reset"] and r.details["kind"] == "nic_fw_reset_pending"
+    assert r.component == result.Component("hca_port", "mlx5_0", "gpu01") and r.severity == "critical"
+    (ok,) = _j("nic_fw_config", probe())
+    assert ok.status == PASS and ok.action is None and "kind" not in ok.details and ok.severity == "info"
+
+    hv = {
+        "fabricops_hardware_profile": "hgx-h100-ndr",
+        "nic_firmware_config": {"ATS_ENABLED": "true"},
+        "fabricops_verify_ports": [{"hca": "mlx5_0", "port": 1}],
+    }
+    got = hostchecks.evaluate(host_expect("gpu01", hv), {firmware.PROBE_KEY: res}, "hosts")
+    (v,) = [x for x in got if x.check == "nic_fw_reset_pending"]
+    assert v.status == FAIL and v.action == firmware.REMEDY["reset"]
+    assert v.details["remedy"] == firmware.REMEDY["reset"] and v.details["bdf"] == BDF0
+    assert v.observed_at == "2025-01-31T12:00:00Z" and v.to_data()["component"]["kind"] == "hca_port"
+
+
 # --- nic_fw_config / nic_fw_reset_pending ------------------------------------------------------------
 
 
@@ -260,7 +288,7 @@ def test_config_drift_names_device_key_values_and_remedy():
     assert i.status == FAIL and i.device == "mlx5_0"
     assert "ATS_ENABLED: current False(0), next boot False(0), declared true" in i.message
     assert "playbooks/firmware.yml" in i.message and "nic_firmware_allow_reset: true" in i.message
-    assert i.kind == "nic_fw_noncompliant"
+    assert i.details["kind"] == "nic_fw_noncompliant"
 
 
 def test_declared_value_set_but_not_active_is_reset_pending_in_both_checks():
@@ -268,10 +296,10 @@ def test_declared_value_set_but_not_active_is_reset_pending_in_both_checks():
     res = probe(mlxconfig={"mlx5_0": _query(cfg)})
     (c,) = _j("nic_fw_config", res)
     assert c.status == FAIL and "next boot already True(1) (reset pending)" in c.message
-    assert c.remedy == firmware.REMEDY["reset"]
+    assert c.action == firmware.REMEDY["reset"]
     (r,) = _j("nic_fw_reset_pending", res)
     assert r.status == FAIL and "ATS_ENABLED current False(0) next boot True(1)" in r.message
-    assert "nic_firmware_allow_reset: true" in r.message and r.kind == "nic_fw_reset_pending"
+    assert "nic_firmware_allow_reset: true" in r.message and r.details["kind"] == "nic_fw_reset_pending"
 
 
 def test_next_boot_differs_while_current_matches_fails_config():
@@ -345,7 +373,7 @@ def test_burned_pin_not_running_is_reset_pending():
     fwm = json.dumps([_fwrec(BDF0, running="28.39.1002", burned="28.43.1014")])
     fw = firmware.FirmwareExpect(versions={"MT_0000000838": "28.43.1014"})
     (i,) = _j("nic_fw_version", probe(fwm=fwm), fw)
-    assert i.status == FAIL and i.kind == "nic_fw_reset_pending"
+    assert i.status == FAIL and i.details["kind"] == "nic_fw_reset_pending"
     assert "pinned 28.43.1014 is burned but firmware 28.39.1002 is still running" in i.message
     assert "nic_firmware_allow_reset: true" in i.message
 
@@ -353,7 +381,7 @@ def test_burned_pin_not_running_is_reset_pending():
 def test_other_version_is_noncompliant_with_update_remedy():
     fw = firmware.FirmwareExpect(versions={"MT_0000000838": "28.43.1014"})
     (i,) = _j("nic_fw_version", probe(), fw)
-    assert i.status == FAIL and i.kind == "nic_fw_noncompliant"
+    assert i.status == FAIL and i.details["kind"] == "nic_fw_noncompliant"
     assert "runs firmware 28.39.1002 (burned 28.39.1002), pinned 28.43.1014" in i.message
     assert "nic_firmware_allow_update: true" in i.message
 
@@ -400,7 +428,7 @@ def test_dkms_missing_for_next_boot_kernel_is_named_as_next():
     bad = [i for i in items if i.status == FAIL]
     assert len(bad) == 1 and bad[0].device == "6.1.0-21-amd64" and bad[0].details["boot"] == "next"
     assert "next-boot kernel" in bad[0].message and "playbooks/ofed.yml" in bad[0].message
-    assert bad[0].kind == "dkms_modules_missing"
+    assert bad[0].details["kind"] == "dkms_modules_missing"
 
 
 def test_dkms_missing_for_running_kernel():
@@ -459,7 +487,7 @@ def test_secure_boot_on_key_not_enrolled_fails_with_enroll_remedy():
         "secure_boot_signing",
         probe(sb="SecureBoot enabled", test_key="/var/lib/dkms/mok.pub is not enrolled"),
     )
-    assert i.status == FAIL and i.kind == "secure_boot_key_not_enrolled"
+    assert i.status == FAIL and i.details["kind"] == "secure_boot_key_not_enrolled"
     assert "mlnx_ofed_secure_boot_enroll: true" in i.message
 
 
@@ -489,7 +517,11 @@ def test_problems_are_the_failures_only():
     got = firmware.problems(
         "gpu01", FW, probe(mlxconfig={"mlx5_0": _query(cfg)}, dkms=json.dumps(DKMS_OK[:1]))
     )
-    assert {i.kind for i in got} == {"nic_fw_reset_pending", "nic_fw_noncompliant", "dkms_modules_missing"}
+    assert {i.details["kind"] for i in got} == {
+        "nic_fw_reset_pending",
+        "nic_fw_noncompliant",
+        "dkms_modules_missing",
+    }
     assert firmware.problems("gpu01", FW, {"rc": 255, "stdout": "", "stderr": "x"}) == []
 
 
@@ -561,7 +593,7 @@ def _diagnose(res, fw=FW):
     from fabricops import diagnose as d
 
     ctx = d.Context(firmware=fw)
-    return [f for f in d.analyse({"gpu01": {firmware.PROBE_KEY: res}}, ctx) if f.kind in d._FW_SYMPTOM]
+    return [f for f in d.analyse({"gpu01": {firmware.PROBE_KEY: res}}, ctx) if f.check in d.rules._FW_SYMPTOM]
 
 
 def test_diagnose_findings_of_the_verify_rules():
@@ -578,7 +610,7 @@ def test_diagnose_findings_of_the_verify_rules():
         presets=["gpudirect"], versions={"MT_0000000838": "28.43.1014"}, install_method="doca"
     )
     got = _diagnose(res, fw)
-    kinds = [f.kind for f in got]
+    kinds = [f.check for f in got]
     assert kinds[:2] == ["dkms_modules_missing", "secure_boot_key_not_enrolled"]  # hard faults first
     assert set(kinds) == {
         "dkms_modules_missing",
@@ -588,17 +620,17 @@ def test_diagnose_findings_of_the_verify_rules():
     }
     dk = got[0]
     assert dk.device == "6.1.0-18-amd64" and "running kernel" in dk.cause
-    assert dk.remedy.startswith("Run playbooks/ofed.yml") and "fabricops verify (dkms_modules)" in dk.remedy
-    pend = [f for f in got if f.kind == "nic_fw_reset_pending"]
+    assert dk.action.startswith("Run playbooks/ofed.yml") and "fabricops verify (dkms_modules)" in dk.action
+    pend = [f for f in got if f.check == "nic_fw_reset_pending"]
     assert {f.device for f in pend} == {"mlx5_0"} and len(pend) == 2  # the setting and the burned image
-    assert all("nic_firmware_allow_reset: true" in f.remedy for f in pend)
+    assert all("nic_firmware_allow_reset: true" in f.action for f in pend)
 
 
 def test_diagnose_next_boot_gap_ranks_below_running_and_healthy_gives_none():
     from fabricops import diagnose as d
 
     (f,) = _diagnose(probe(dkms=json.dumps(DKMS_OK[:1])))
-    assert f.device == "6.1.0-21-amd64" and f.likelihood == d.LIKELIHOOD["dkms_modules_missing_next"]
+    assert f.device == "6.1.0-21-amd64" and d.likelihood(f) == d.LIKELIHOOD["dkms_modules_missing_next"]
     assert "next-boot kernel" in f.cause
     assert _diagnose(probe()) == []
     assert _diagnose({"rc": 255, "stdout": "", "stderr": "unreachable"}) == []  # no evidence, no finding
@@ -624,7 +656,7 @@ def test_key_queued_in_this_boot_is_not_enrolled_yet():
     res["stdout"] = res["stdout"].replace("@@keyfile yes\n", "@@keyfile yes\n@@mokqueued yes\n")
     (i,) = _j("secure_boot_signing", res)
     assert i.status == FAIL and "queued for MOK enrollment in this boot" in i.message
-    assert "MokManager" in i.message and i.kind == "secure_boot_key_not_enrolled"
+    assert "MokManager" in i.message and i.details["kind"] == "secure_boot_key_not_enrolled"
 
 
 def test_probe_runs_in_sh_and_marks_the_role_state_dir(tmp_path):
