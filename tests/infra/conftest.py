@@ -46,11 +46,12 @@ def fabric_expect(host, request):
 
 @pytest.fixture(scope="module")
 def fabric_results(host, fabric_expect):
-    """Every host and GPU check of this host, evaluated once per module."""
-    raw = {}
-    for key, cmd in hostchecks.commands(fabric_expect).items():
-        res = host.run(cmd)
-        raw[key] = {"rc": res.rc, "stdout": res.stdout, "stderr": res.stderr}
+    """Every host and GPU check of this host, evaluated once per module: the host's evidence read in
+    one session, as ``fabricops verify`` reads it (fabricops.verify.transport.batch_on)."""
+    from fabricops.verify.transport import batch_on
+
+    name = fabric_expect.host
+    raw = batch_on(host, name, hostchecks.commands(fabric_expect), 60)
     return hostchecks.evaluate(fabric_expect, raw)
 
 

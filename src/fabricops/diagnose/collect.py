@@ -19,6 +19,7 @@ from typing import Any
 
 from fabricops import cliopts
 from fabricops.errors import CouldNotRun, FabricopsError
+from fabricops.evidence.collect import collect as collect_host
 from fabricops.evidence.hostfiles import parse_ipv4, parse_sysfs
 from fabricops.verify import firmware as fw_checks  # NIC firmware / DKMS: verify's probe and rules
 from fabricops.verify import pcie as pcie_cmds  # the GPU-path commands verify runs too
@@ -110,12 +111,15 @@ def _ipoib_addrs(raw: Raw) -> dict[str, list[str]]:
 
 
 def collect(run: Run, hosts: Sequence[str], progress: Callable[[str], None] | None = None) -> dict[str, dict]:
-    """Evidence per host: {host: {key: {"rc", "stdout", "stderr"}}}."""
+    """Evidence per host: {host: {key: {"rc", "stdout", "stderr"}}}.
+
+    Per host one batched run (fabricops.evidence.collect) per round: the base commands, then the
+    commands the first round's sysfs asks for (each ethtool command keeps its own ETHTOOL_GAP_S sleep
+    between its two samples), then the pings to the other hosts' IPoIB addresses."""
 
     def one(host: str) -> dict[str, Any]:
-        raw: dict[str, Any] = {k: dict(run(host, c, 60)) for k, c in BASE_COMMANDS.items()}
-        for k, c in host_commands(raw).items():
-            raw[k] = dict(run(host, c, 60))
+        raw: dict[str, Any] = collect_host(run, host, BASE_COMMANDS, 60)
+        raw.update(collect_host(run, host, host_commands(raw), 60))
         return raw
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
@@ -124,6 +128,7 @@ def collect(run: Run, hosts: Sequence[str], progress: Callable[[str], None] | No
         progress(f"evidence from {len(evidence)} hosts")
     addrs = {h: _ipoib_addrs(r) for h, r in evidence.items()}
     for host in hosts:
+        pings: dict[str, str] = {}
         for peer in hosts:
             if peer == host:
                 continue
@@ -131,8 +136,8 @@ def collect(run: Run, hosts: Sequence[str], progress: Callable[[str], None] | No
                 if netdev not in addrs[host]:
                     continue
                 for a in peer_addrs[:1]:
-                    cmd = f"ping -c 2 -W 1 -I {shlex.quote(netdev)} {shlex.quote(a)}"
-                    evidence[host][f"ping:{peer}:{a}"] = dict(run(host, cmd, 15))
+                    pings[f"ping:{peer}:{a}"] = f"ping -c 2 -W 1 -I {shlex.quote(netdev)} {shlex.quote(a)}"
+        evidence[host].update(collect_host(run, host, pings, 15))
     return evidence
 
 
