@@ -149,6 +149,22 @@ def test_drift_from_an_empty_directory_reports_what_the_checkout_reports(user, t
     assert a["items"] == b["items"] == []
 
 
+def test_site_check_mode_from_an_empty_directory_completes_with_its_report(user, tmp_path):
+    """Issue 35: the verification play's report directory was not made in check mode, so `--check`
+    from a fresh directory failed on its last play (the checkout hid it: its .cache/ exists)."""
+    _ok(_site(user))  # converged (idempotent; the test does not rely on the ones before)
+    work = tmp_path / "fresh"
+    work.mkdir()
+    argv = ["ansible-playbook", "-i", INVENTORY, "fabricops.fabric.site", "--check", "--diff",
+            "--limit", f"{HOST},localhost", "--tags", "hosts,verify", *EXTRA,
+            "-e", f"fabricops_verify_limit={HOST}", "-e", "fabricops_verify_only=hosts"]
+    run = _ok(_run(argv, work, user["env"]))
+    recap = _recap(run.stdout)
+    assert recap[HOST]["changed"] == 0 and recap["localhost"]["failures"] == 0, run.stdout[-3000:]
+    report = json.loads((work / ".cache/verify/verify.json").read_text())
+    assert report["hosts"] == [HOST] and report["exit_status"] == 0
+
+
 def test_other_commands_work_from_an_empty_directory(user, tmp_path):
     fixture = next((REPO / "tests/fixtures/ibstat").glob("*"))
     out = _ok(_run(["fabricops", "parse", "ibstat", fixture], user["work"], user["env"])).stdout

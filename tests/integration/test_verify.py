@@ -93,8 +93,8 @@ def test_drift_of_the_whole_converged_rack_is_clean_then_names_the_changed_host(
     assert "localhost" not in data["hosts"]
     netdev = "enp170s0f0np0"  # a RoCE port (Onyx rail)
     ssh("gpu02", f"mlnx_qos -i {netdev} --pfc 0,0,0,0,0,0,0,0 >/dev/null")
-    try:
-        rc, data, out = drift(tmp_path)
+    try:  # the playbook's own hosts less the switches (not changed here; the run above read them)
+        rc, data, out = drift(tmp_path, "--limit", "gpu_hosts")
     finally:
         ssh("gpu02", f"mlnx_qos -i {netdev} --pfc 0,0,0,1,0,0,0,0 >/dev/null")
     assert rc == 3, out
@@ -359,3 +359,56 @@ def test_nccl_on_a_host_missing_a_gpu_could_not_run(tmp_path, baseline):
     assert bw["status"] == "error", text
     assert "Invalid number of GPUs: 8 requested but only 7 were found" in bw["message"], text
     assert "gpu03" in bw["message"], text
+
+
+def _infra(tmp_path, name: str, *args: str) -> tuple[int, dict[str, list[str]], str]:
+    """The users' testinfra suite as docs/verify.md shows it, pairs included: (rc, {test id: failure
+    texts}, output)."""
+    import xml.etree.ElementTree as ET
+
+    xml = tmp_path / f"{name}.xml"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(ROOT / "tests" / "infra"),
+            "--hosts=ansible://gpu_hosts", f"--ansible-inventory={INVENTORY}", "--fabric-pairs",
+            f"--junitxml={xml}", *args]
+    p = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    failed: dict[str, list[str]] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        for bad in [*case.findall("failure"), *case.findall("error")]:
+            failed.setdefault(case.get("name", ""), []).append((bad.get("message") or "") + (bad.text or ""))
+    return p.returncode, failed, p.stdout[-6000:] + p.stderr[-2000:]
+
+
+def test_testinfra_suite_with_pairs_agrees_with_verify(tmp_path, baseline):
+    """Issue 35: the users' suite errored on every pairwise test (testinfra has no get_backend) and CI
+    never ran it. Healthy it passes; with one cable pulled it fails naming the host and port that
+    `fabricops verify` names, and its IPoIB and NCCL findings name the link as their cause."""
+    rc, failed, out = _infra(tmp_path, "healthy")
+    assert rc == 0 and failed == {}, out
+    assert "test_pairs[ansible://gpu02]" in out or "passed" in out
+    fault("gpu02", "port-down", "mlx5_1")
+    try:
+        # gpu02's tests and the fabric's (the pair run covers every host either way)
+        rc, failed, out = _infra(tmp_path, "cable", "-k", "gpu02 or fabric_parts")
+        report = tmp_path / "cable.json"
+        argv = [FABRICOPS, "verify", "-q", "--json", str(report), "--skip", "gpudirect", "--skip",
+                "subnet_manager", "--counters-baseline", str(baseline)]
+        p = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+        vrc, data, text = p.returncode, json.loads(report.read_text()), p.stdout + p.stderr
+    finally:
+        fault("clear", "gpu02")
+    assert vrc == 1, text
+    own = [(r["host"], r["device"]) for r in data["results"]
+           if r["check"] == "hca_port" and r["status"] == "fail"]
+    assert own == [("gpu02", "mlx5_1/1")], text
+    assert data["host_verdicts"]["gpu02"]["verdict"] == "fail"
+    assert {h for h, v in data["host_verdicts"].items() if v["verdict"] != "pass"} == {"gpu02"}, text
+    assert rc == 1, out
+    hosts_failed = {name for name in failed if "gpu02" in name}
+    assert hosts_failed and all("gpu02" in name for name in failed if name.startswith("test_")), failed
+    port = [t for name, ts in failed.items() if "hca_port" in name for t in ts]
+    assert port and all("gpu02 mlx5_1/1" in t for t in port), failed
+    for check in ("ipoib", "nccl_profile"):
+        texts = [t for name, ts in failed.items() if check in name and "gpu02" in name for t in ts]
+        assert texts and all("consequence of gpu02 mlx5_1/1 link down" in t for t in texts), (check, failed)
+    consequences = {r["check"]: r for r in data["results"] if r["host"] == "gpu02" and r["caused_by"]}
+    assert set(consequences) == {"ipoib", "nccl_profile"}, text

@@ -4,7 +4,10 @@ port (4 IB leaves, 2 IB spines) and one 400GbE RoCE port (4 leaves, 2 spines, Cu
 - healthy: the coverage schedule exercises every cable, each direction, in fewer rounds than the
   circle method (N-1), and passes; the as-built cabling matches the plan;
 - each fault is found and named: a degraded ISL, a degraded host port, PFC off on one spine port
-  (RoCE), a swapped cable; healthy again after each is cleared.
+  (RoCE), a swapped cable; healthy again after each is cleared;
+- the switches are read (issue 35): a RoCE inter-switch link that trained at half width fails the run
+  naming both switch ports, and on the healthy rack every RoCE ISL direction is proven by the bytes its
+  switch ports counted (no link left unproven).
 
 The module swaps the shared lab for the two-tier rack and, when it ends, puts a fresh default rack
 back (the session's ``lab`` data updated in place), so a file that runs after it, in any order,
@@ -97,10 +100,16 @@ def test_healthy_two_tier_covers_every_cable_in_few_rounds(two_tier, tmp_path):
     ib, roce = p["fabrics"]
     assert ib["links_covered"] == ib["links_total"] == 2 * (HOSTS + 8), ib  # InfiniBand: every cable
     assert not ib["unroutable"] and not ib["not_covered"], ib
-    # RoCE: every host cable; the ISLs' ECMP paths are proven only by switch counters, which this
-    # run does not read yet -- reported as not observed (a skip), never claimed
-    assert roce["links_covered"] == 2 * HOSTS, roce
-    assert any("not observed" in r["message"] for r in data["results"] if r["status"] == "skip"), text
+    # RoCE: every host cable, and every ISL direction (ECMP paths) proven by the bytes its switch ports
+    # counted between rounds -- no link left unproven, none skipped as "not observed"
+    assert roce["links_covered"] == roce["links_total"] == 2 * (HOSTS + 8), roce
+    assert not roce.get("unproven"), roce
+    assert not [r for r in data["results"] if r["check"] == "link_proof" and r["status"] != "pass"], text
+    assert "not observed" not in text
+    # every RoCE switch port of the fabric read on its switch: up at its planned 400 Gb/s
+    ports = [r for r in data["results"] if r["check"] == "switch_port"]
+    assert len(ports) == HOSTS + 8 and all(r["status"] == "pass" for r in ports), text
+    assert all(r["measured"] == r["threshold"] == 400 for r in ports), text
     assert p["rounds"] < HOSTS - 1, text  # the circle method needs N-1 = 7 rounds
     assert p["rounds"] <= 3 * p["lower_bound"], text
     assert f"lower bound {p['lower_bound']}" in text
@@ -130,6 +139,23 @@ def test_a_degraded_isl_is_named(two_tier, tmp_path):
     assert all("mlx5_0" in r["device"] for r in bad(data) if r["check"] != "isolation"), text
     rc, _data, text = verify(tmp_path, "--only", "pairs")
     assert rc == 0, text
+
+
+def test_a_half_width_roce_isl_fails_naming_both_switch_ports(two_tier, tmp_path):
+    # spine2 swp3 <-> leaf3 Eth1/18 (Cumulus to Onyx) trained at 2X: 200 Gb/s at both ends
+    fault("spine2", "port-width", "swp3", "2X")
+    try:
+        rc, data, text = verify(tmp_path, "--only", "pairs")
+    finally:
+        clear()
+    assert rc == 1, text
+    (isl,) = [r for r in bad(data) if r["check"] == "switch_port"]
+    assert isl["category"] == "switches" and isl["status"] == "fail", isl
+    assert isl["message"].startswith("ISL leaf3:Eth1/18<>spine2:swp3 trained at 200 Gb/s, planned 400"), isl
+    assert set(isl["details"]["ends"]) == {"leaf3:Eth1/18", "spine2:swp3"}, isl
+    assert (isl["measured"], isl["threshold"]) == (200, 400), isl
+    assert "[switches/switch_port] ISL leaf3:Eth1/18<>spine2:swp3" in text
+    assert not [r for r in data["results"] if r["check"] == "link_proof" and r["status"] != "pass"], text
 
 
 def test_a_degraded_host_port_is_named(two_tier, tmp_path):

@@ -479,3 +479,35 @@ def test_drift_checks_every_host_in_one_batch(w, capsys, monkeypatch, tmp_path):
                        "-e", "fabricops_serial=1"], capsys)
     data = json.loads(out)
     assert rc == EXIT_NORUN and sorted(data["not_checked"]) == ["h1", "h2"], data
+
+
+@pytest.fixture(scope="module")
+def all_down(tmp_path_factory) -> Path:
+    """The example InfiniBand inventory with every GPU host at a port nothing listens on."""
+    import shutil
+
+    d = tmp_path_factory.mktemp("down") / "inv"
+    shutil.copytree(REPO / "inventories" / "example" / "ib", d)
+    hosts = d / "hosts.yml"
+    hosts.write_text(re.sub(r"ansible_host: 10\.10\.0\.1\d", "ansible_host: 127.0.0.1, ansible_port: 1",
+                            hosts.read_text()))
+    assert hosts.read_text().count("ansible_port: 1") == 4
+    return hosts
+
+
+def test_every_host_unreachable_is_could_not_run_with_no_finding(all_down, capsys):
+    """Issue 35: verify with every host unreachable exited 1 and reported findings it had no evidence
+    for ("/etc/nccl.conf is missing", 48 perftest failures, cables blamed)."""
+    rc, out, err = _run(["verify", "-i", str(all_down), "--json", "-"], capsys)
+    data = json.loads(out)
+    assert rc == EXIT_NORUN and data["exit_status"] == EXIT_NORUN, err
+    assert sorted(data["not_checked"]) == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert data["results"] == [] and data["summary"]["total"] == 0
+    assert data["blamed"] == [] and data["bad_parts"] == [] and data["pairs"] is None
+    rc, out, err = _run(["verify", "-i", str(all_down)], capsys)
+    assert rc == EXIT_NORUN and "FAILURES" not in out and "could not check gpu01" in err
+    rc, out, err = _run(["drift", "-i", str(all_down), "--playbook", str(REPO / "site.yml"), "--json", "-"],
+                        capsys)
+    data = json.loads(out)
+    assert rc == EXIT_NORUN and data["items"] == [] and data["clean_hosts"] == [], err
+    assert sorted(data["not_checked"]) == ["gpu01", "gpu02", "gpu03", "gpu04"]

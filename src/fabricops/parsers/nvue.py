@@ -1,4 +1,5 @@
-"""Cumulus Linux NVUE: ``nv show qos roce`` (text or ``-o json``) and ``nv config diff``.
+"""Cumulus Linux NVUE: ``nv show qos roce`` (text or ``-o json``), ``nv config diff`` and the
+ports' link state and counters (``nv show interface [<port> link [stats]]``).
 
 Schemas are documented in docs/parsers.md.
 """
@@ -17,7 +18,16 @@ from fabricops.errors import ParseError
 
 from ._text import bounded, clean_lines, load_json, to_number
 
-__all__ = ["ConfigDiffRecord", "QosRoceRecord", "parse_config_diff", "parse_qos_roce", "size_to_bytes"]
+__all__ = [
+    "ConfigDiffRecord",
+    "InterfaceLinksRecord",
+    "LinkState",
+    "QosRoceRecord",
+    "parse_config_diff",
+    "parse_interface_links",
+    "parse_qos_roce",
+    "size_to_bytes",
+]
 
 _SHELL_PROMPT = re.compile(r"^[^\s@]+@[^\s:]+:\S*[$#]\s*")  # user@host:~$ (linear: classes are disjoint)
 _UNITS = {"B": 1, "BYTES": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
@@ -294,3 +304,169 @@ def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
             _merge(dst[k], v)
         else:
             dst[k] = v
+
+
+# --------------------------------------------------------------------------- interface link state
+
+
+@dataclass
+class LinkState:
+    """One interface's ``link`` view: operational state, speed and the ``stats`` counters."""
+
+    name: str | None  # "swp1" (None: a single-port view read without its name)
+    state: str | None  # operational link state: "up" | "down" (oper-status where printed, else state)
+    admin_status: str | None  # "up" | "down" (Cumulus Linux 5.9+ prints admin-status / oper-status)
+    speed: str | None  # as printed: "400G", "1G"
+    speed_gbps: float | None
+    mtu: int | None
+    stats: dict[str, int] = field(default_factory=dict)  # carrier-transitions, in-bytes, in-errors, ...
+
+    @property
+    def up(self) -> bool | None:
+        return None if self.state is None else self.state == "up"
+
+
+@dataclass
+class InterfaceLinksRecord:
+    interfaces: dict[str, LinkState]  # name -> link state ("" for a single view read without a name)
+    source: str  # "json" | "text" (the operational column of the table)
+
+
+_TOOL_LINK = "nv show interface link"
+_LINK_KEYS = {"speed", "state", "stats", "mtu", "oper-status", "admin-status", "auto-negotiate", "duplex"}
+_STAT_KEYS = {
+    "carrier-transitions", "in-bytes", "out-bytes", "in-pkts", "out-pkts", "in-errors", "out-errors",
+}
+_NV_SPEED = re.compile(r"(\d{1,5}(?:\.\d{1,3})?)([GM])")
+MAX_LINKS = 8192  # interfaces in one output (swp, breakouts, bonds, VLANs, VRFs ...)
+
+
+def _nv_speed_gbps(value: Any) -> float | None:
+    """NVUE link speeds: '400G' -> 400.0, '1G' -> 1.0, '100M' -> 0.1; None otherwise."""
+    m = _NV_SPEED.fullmatch(str(value or "").strip())
+    if not m:
+        return None
+    number = float(m.group(1))
+    return number if m.group(2) == "G" else number / 1000
+
+
+def _state_word(value: Any) -> str | None:
+    """NVUE JSON prints a link state as a one-key set (``{"up": {}}``); the table as a word."""
+    if isinstance(value, dict):
+        keys = [str(k) for k in value]
+        return keys[0].strip().lower() if len(keys) == 1 else None
+    if value is None or isinstance(value, list):
+        return None
+    word = str(value).strip().lower()
+    return word or None
+
+
+def _stats(value: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not isinstance(value, dict):
+        return out
+    for k, v in value.items():
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            out[str(k)] = v
+        elif isinstance(v, str):
+            n = size_to_bytes(v) if str(k).endswith("bytes") else (int(v) if v.strip().isdecimal() else None)
+            if n is not None:
+                out[str(k)] = n
+    return out
+
+
+def _link_from(name: str | None, link: dict[str, Any]) -> LinkState:
+    state = _state_word(link.get("oper-status")) or _state_word(link.get("state"))
+    mtu = link.get("mtu")
+    stats = link.get("stats")
+    if stats is None and _STAT_KEYS & set(link):  # the stats view itself
+        stats = link
+    return LinkState(
+        name=name,
+        state=state,
+        admin_status=_state_word(link.get("admin-status")),
+        speed=str(link["speed"]).strip() if link.get("speed") not in (None, "") else None,
+        speed_gbps=_nv_speed_gbps(link.get("speed")),
+        mtu=mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else (
+            int(mtu) if isinstance(mtu, str) and mtu.isdecimal() else None),
+        stats=_stats(stats),
+    )
+
+
+def _links_from_json(doc: Any, port: str | None) -> dict[str, LinkState]:
+    if not isinstance(doc, dict):
+        raise ParseError(_TOOL_LINK, "a JSON object (-o json)", f"got {type(doc).__name__}")
+    if isinstance(doc.get("link"), dict):  # nv show interface <port> -o json
+        return {port or "": _link_from(port, doc["link"])}
+    if (_LINK_KEYS | _STAT_KEYS) & set(doc):  # nv show interface <port> link [stats] -o json
+        return {port or "": _link_from(port, doc)}
+    if len(doc) > MAX_LINKS:
+        raise ParseError(_TOOL_LINK, f"at most {MAX_LINKS} interfaces", f"got {len(doc)}")
+    out = {}
+    for name, iface in doc.items():  # nv show interface -o json: every interface by name
+        if isinstance(iface, dict) and isinstance(iface.get("link"), dict):
+            out[str(name)] = _link_from(str(name), iface["link"])
+    return out
+
+
+def _links_from_table(lines: list[str], port: str | None) -> dict[str, LinkState]:
+    """The operational column of ``nv show interface <port> link [stats]`` (rows indented under
+    ``stats`` are its counters)."""
+    hdr = next((n for n, ln in enumerate(lines) if re.search(r"\boperational\b", ln)), None)
+    if hdr is None or hdr + 1 >= len(lines) or not lines[hdr + 1].lstrip().startswith("---"):
+        raise ParseError(_TOOL_LINK, "an 'operational' header over a dash line, or -o json")
+    cols = [m.start() for m in re.finditer(r"-+", lines[hdr + 1])]
+    if len(cols) < 2:
+        raise ParseError(_TOOL_LINK, "two columns (name, operational)")
+    op_start = cols[1]
+    op_end = cols[2] if len(cols) > 2 else None
+    link: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
+    section = ""
+    for ln in lines[hdr + 2 :]:
+        if not ln.strip():
+            break
+        name = ln[:op_start].rstrip()
+        key = name.strip()
+        value = (ln[op_start:op_end] if op_end else ln[op_start:]).strip()
+        if name.startswith("  ") and section == "stats":
+            if value:
+                stats[key] = value
+            continue
+        section = key if not value else ""
+        if value:
+            link[key] = value
+    if stats:
+        link["stats"] = stats
+    if not link:
+        raise ParseError(_TOOL_LINK, "rows under the header", "truncated output")
+    return {port or "": _link_from(port, link)}
+
+
+@bounded(_TOOL_LINK, max_mb=16)
+def parse_interface_links(text: str, port: str | None = None) -> InterfaceLinksRecord:
+    """The link state, speed and counters of NVUE interfaces, from any of:
+
+    - ``nv show interface -o json`` (operational: every interface, each with its ``link``),
+    - ``nv show interface <port> -o json`` / ``nv show interface <port> link -o json`` /
+      ``nv show interface <port> link stats -o json`` (one interface; ``port`` names it),
+    - the table of ``nv show interface <port> link [stats]`` (its operational column).
+
+    JSON prints a state as a set (``"state": {"up": {}}``, NVUE API guide); newer releases add
+    ``oper-status`` / ``admin-status``, read first. Byte counts in the table are rounded
+    ("39.21 MB"); the JSON counts are exact."""
+    if not text or not text.strip():
+        raise ParseError(_TOOL_LINK, "interface link state", "empty input")
+    lines = _strip_shell(text)
+    body = "\n".join(lines).strip()
+    if body.startswith("{"):
+        links = _links_from_json(load_json(body, _TOOL_LINK, "valid JSON from -o json"), port)
+        source = "json"
+    else:
+        links = _links_from_table(lines, port)
+        source = "text"
+    if not links:
+        raise ParseError(_TOOL_LINK, "interfaces with a 'link' (state, speed, stats)")
+    return InterfaceLinksRecord(links, source)

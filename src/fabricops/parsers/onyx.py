@@ -1,4 +1,5 @@
-"""NVIDIA Onyx (MLNX-OS) show commands: PFC, ECN, QoS trust and the running configuration.
+"""NVIDIA Onyx (MLNX-OS) show commands: PFC, ECN, QoS trust, the running configuration and the
+ports' state and counters (``show interfaces ethernet``).
 
 Each parser reads both the plain text and the ``| json-print`` form where Onyx offers one
 (json-print is a list or dict of ``{"key": "value"}`` blocks, as the Onyx JSON API returns it).
@@ -17,6 +18,8 @@ from ._text import bounded, clean_lines, load_json
 
 __all__ = [
     "EcnRecord",
+    "EthInterface",
+    "InterfacesRecord",
     "PfcInterface",
     "PfcRecord",
     "QosInterface",
@@ -25,6 +28,7 @@ __all__ = [
     "TrafficClassCongestion",
     "expand_interface_range",
     "parse_ecn",
+    "parse_interfaces",
     "parse_pfc",
     "parse_qos_trust",
     "parse_running_config",
@@ -476,3 +480,117 @@ def parse_running_config(text: str) -> RunningConfigRecord:
     return RunningConfigRecord(
         hostname, database, global_lines, interfaces, pfc_enabled, sorted(prios), roce, pools
     )
+
+
+# --------------------------------------------------------------------------- interfaces
+
+
+@dataclass
+class EthInterface:
+    """One port of ``show interfaces ethernet`` (the fields of mellanox.onyx fixture
+    onyx_interfaces_show.cfg; ``rx`` / ``tx``: the ``Rx`` / ``Tx`` counter groups as integers)."""
+
+    name: str  # "Eth1/1"
+    admin_state: str | None  # "Enabled" | "Disabled"
+    oper_state: str | None  # "Up" | "Down"
+    actual_speed: str | None  # as printed: "100 Gbps"
+    speed_gbps: float | None  # 100.0; None when not printed or not a rate ("N/A")
+    mtu: int | None
+    last_change: str | None  # "Last change in operational status"
+    rx: dict[str, int] = field(default_factory=dict)  # "bytes", "packets", "error packets", ...
+    tx: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def up(self) -> bool | None:
+        return None if self.oper_state is None else self.oper_state.strip().lower() == "up"
+
+
+@dataclass
+class InterfacesRecord:
+    interfaces: dict[str, EthInterface]  # "Eth1/1" -> its state; VLAN and other blocks left out
+    format: str  # "json" (3.6.6000+: one-key dicts) | "json-header" (before: flat blocks with "header")
+
+
+_TOOL_IF = "onyx show interfaces ethernet"
+_SPEED = re.compile(r"(?i)\s*(\d{1,5}(?:\.\d{1,3})?)\s*(G|M)(?:b(?:ps|/s)?|bE)?\s*")
+MAX_INTERFACES = 4096  # blocks in one output; a Spectrum switch has at most 256 (split) ports
+
+
+def speed_gbps(text: Any) -> float | None:
+    """'100 Gbps' -> 100.0, '400G' -> 400.0, '25000 Mbps' -> 25.0; None for 'N/A', 'Unknown'."""
+    m = _SPEED.fullmatch(str(text or ""))
+    if not m:
+        return None
+    value = float(m.group(1))
+    return value / 1000 if m.group(2).upper() == "M" else value
+
+
+def _counter_group(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for k, v in value.items():
+        s = str(v).strip()
+        if s.isdecimal():
+            out[str(k).strip()] = int(s)
+    return out
+
+
+def _eth_from_fields(name: str, f: dict[str, Any]) -> EthInterface:
+    mtu = re.match(r"\s*(\d{1,6})\b", str(f.get("MTU") or ""))
+    speed = f.get("Actual speed")
+    return EthInterface(
+        name=name,
+        admin_state=str(f["Admin state"]).strip() if f.get("Admin state") is not None else None,
+        oper_state=str(f["Operational state"]).strip() if f.get("Operational state") is not None else None,
+        actual_speed=str(speed).strip() if speed is not None else None,
+        speed_gbps=speed_gbps(speed),
+        mtu=int(mtu.group(1)) if mtu else None,
+        last_change=f.get("Last change in operational status"),
+        rx=_counter_group(f.get("Rx")),
+        tx=_counter_group(f.get("Tx")),
+    )
+
+
+@bounded(_TOOL_IF, max_mb=8)
+def parse_interfaces(text: str) -> InterfacesRecord:
+    """``show interfaces ethernet [1/N[-1/M]] [counters] | json-print``: each Ethernet port's admin
+    and operational state, actual speed, MTU and Rx/Tx counters.
+
+    Both JSON shapes Onyx has printed: from 3.6.6000 a list of one-key dicts ``[{"Eth1/1": [{...}]}]``
+    (mellanox.onyx onyx_interface's API branch), before a list of flat blocks with ``"header":
+    "Eth1/1"`` (fixture onyx_interfaces_show.cfg, 3.6.5000). Blocks that are not Ethernet ports
+    (``"header": "Vlan 10"``) are left out. The text form is not read: ask for ``| json-print``."""
+    if not text or not text.strip():
+        raise ParseError(_TOOL_IF, "the | json-print form", "empty input")
+    doc = _load_json(text)
+    if doc is None:
+        raise ParseError(_TOOL_IF, "the | json-print form (a JSON list of port blocks)", "not JSON")
+    blocks = doc if isinstance(doc, list) else [doc]
+    if len(blocks) > MAX_INTERFACES:
+        raise ParseError(_TOOL_IF, f"at most {MAX_INTERFACES} port blocks", f"got {len(blocks)}")
+    ifaces: dict[str, EthInterface] = {}
+    shape = "json"
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if "header" in block:
+            shape = "json-header"
+            name = _norm_ifname(str(block["header"]))
+            if name.startswith("Eth"):
+                ifaces[name] = _eth_from_fields(name, block)
+            continue
+        for key, val in block.items():
+            name = _norm_ifname(str(key))
+            if not name.startswith("Eth"):
+                continue
+            subs = val if isinstance(val, list) else [val]
+            fields: dict[str, Any] = {}
+            for sub in subs:
+                if isinstance(sub, dict):
+                    fields.update(sub)
+            if fields:
+                ifaces[name] = _eth_from_fields(name, fields)
+    if not ifaces:
+        raise ParseError(_TOOL_IF, "Ethernet port blocks (Eth1/N with their state or counters)")
+    return InterfacesRecord(ifaces, shape)

@@ -4,7 +4,9 @@ Exit status (docs/cli.md): 0 every check passed on every host; 1 a check failed 
 reached (a check that could not run there counts as failed: fails closed); 4 could not run: the
 inventory is missing, broken or matches no host, the counters baseline is missing, every host was
 unreachable, or some host was unreachable and nothing failed elsewhere (it is listed as not
-checked); 5 the counters baseline is not a verify JSON report or holds a value that is not a
+checked), or no verdict could be reached: a switch could not be read, or a link of the fabric was
+neither measured by the tests nor read healthy on its switch (``link_proof``; ``--accept-unproven``
+makes those skips); 5 the counters baseline is not a verify JSON report or holds a value that is not a
 counter reading (a non-negative integer of at most 64 bits); 2 usage error (bad flag, unknown
 profile).
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from fabricops import cliopts
 from fabricops.errors import EXIT_NORUN, BadInput, CouldNotRun, FabricopsError, UsageError
-from fabricops.verify.engine import ONLY, Options
+from fabricops.verify.engine import ONLY, SWITCHES, Options
 from fabricops.verify.hostchecks import GPU_CHECKS, HOST_CHECKS
 
 
@@ -32,8 +34,9 @@ def register(subparsers) -> None:
         "ib_write_lat in parallel rounds that cross every cable of the fabric (host links and ISLs, "
         "each direction; --all-pairs: every pair of hosts per rail), naming a bad cable. "
         "Exit 0 only when every "
-        "check passed on every host; 1 a check failed; 4 could not run (no hosts, unreachable, unreadable "
-        "inventory or baseline); 5 the baseline is not a verify report; 2 usage error (docs/cli.md).",
+        "check passed on every host and every link was proven; 1 a check failed; 4 could not run or no "
+        "verdict (no hosts, unreachable, unreadable inventory or baseline, a switch not read, a link "
+        "unproven); 5 the baseline is not a verify report; 2 usage error (docs/cli.md).",
     )
     cliopts.add_common(p, limit_default="gpu_hosts",
                        limit_help="host pattern or group to verify (default: gpu_hosts)")
@@ -50,7 +53,7 @@ def register(subparsers) -> None:
         "--skip",
         action="append",
         default=[],
-        choices=[*HOST_CHECKS, *GPU_CHECKS, "cabling", "rail_consistency"],
+        choices=[*HOST_CHECKS, *GPU_CHECKS, "cabling", "rail_consistency", SWITCHES],
         help="leave out a check (repeatable); also fabricops_verify_skip in the inventory",
     )
     p.add_argument("--ofed-version", help="pinned MLNX_OFED version (default: from the inventory)")
@@ -67,6 +70,12 @@ def register(subparsers) -> None:
         action="store_true",
         help="test every pair of hosts per rail (N-1 rounds) instead of the coverage schedule, which "
         "proves every cable of the fabric in the fewest rounds when the inventory describes it",
+    )
+    p.add_argument(
+        "--accept-unproven",
+        action="store_true",
+        help="a link neither measured by the tests nor read healthy on its switch is a skip saying so "
+        "(knowingly accepted), not an error (exit 4, no verdict)",
     )
     p.set_defaults(func=cmd_verify)
 
@@ -139,6 +148,24 @@ class Reach:
                 self.reached.add(host)
         return res
 
+    def batch(self, host: str, commands: Mapping[str, str], timeout: float = 60) -> dict[str, dict]:
+        """One session for ``commands`` (fabricops.evidence.collect); the host was reached when any
+        key got an answer of its own, unreached when every key got the transport's failure."""
+        from fabricops.evidence.collect import batch_of
+
+        run_batch = batch_of(self._run)
+        if run_batch is None:
+            return {key: dict(self(host, cmd, timeout)) for key, cmd in commands.items()}
+        results = {key: dict(res) for key, res in run_batch(host, commands, timeout).items()}
+        failed = [r for r in results.values() if r.get("rc") == 255 and not (r.get("stdout") or "").strip()]
+        with self._lock:
+            if results and len(failed) == len(results):
+                why = " ".join(str(failed[0].get("stderr") or "no answer").split())[:200]
+                self.unreached.setdefault(host, why)
+            elif results:
+                self.reached.add(host)
+        return results
+
     def not_checked(self, hosts) -> dict[str, str]:
         return {h: f"unreachable: {self.unreached[h]}" for h in hosts
                 if h in self.unreached and h not in self.reached}
@@ -146,7 +173,8 @@ class Reach:
 
 def cmd_verify(args) -> int:
     from fabricops.verify import report
-    from fabricops.verify.engine import verify
+    from fabricops.verify.engine import exit_status, verify
+    from fabricops.verify.switchports import no_verdict
     from fabricops.verify.transport import Fabric
 
     cliopts.check_outputs(args)
@@ -172,6 +200,7 @@ def cmd_verify(args) -> int:
         nccl=args.nccl,
         progress=out.line,
         counter_baseline=baseline,
+        accept_unproven=args.accept_unproven,
     )
     out.line(f"verifying {len(fabric.hosts)} hosts: {', '.join(fabric.hosts)}")
     roce = next((hv.get("fabricops_roce") for hv in hostvars.values() if hv.get("fabricops_roce")), None)
@@ -184,12 +213,19 @@ def cmd_verify(args) -> int:
         switch_reader=fabric.switch_reader(roce),
     )
     out.done()
-    not_checked = reach.not_checked(run.hosts)
-    status = report.exit_status(run, not_checked)
+    not_checked = {h: f"unreachable: {why}" for h, why in run.unreached.items()}
+    not_checked.update(reach.not_checked(run.hosts))
+    status = exit_status(run, not_checked)
     text = report.terminal(run, not_checked=not_checked, status=status)
     if status == EXIT_NORUN and not args.quiet:
-        print(f"fabricops verify: could not check {', '.join(not_checked)}: unreachable over SSH",
-              file=sys.stderr)
+        if not_checked:
+            print(f"fabricops verify: could not check {', '.join(not_checked)}: unreachable over SSH",
+                  file=sys.stderr)
+        unproven = [r for r in run.results if no_verdict(r)]
+        if unproven and run.hosts:
+            print(f"fabricops verify: no verdict: {len(unproven)} result(s) could not be proven "
+                  f"({', '.join(sorted({r.check for r in unproven}))}): "
+                  f"{unproven[0].message} (read the switches, or --accept-unproven)", file=sys.stderr)
     cliopts.emit_report(args, text, lambda: report.to_json(run, not_checked=not_checked, status=status),
                         lambda: report.to_junit(run, not_checked=not_checked))
     return status

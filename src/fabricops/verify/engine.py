@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import BadInput, FabricopsError, ParseError
+from fabricops.evidence.collect import collect as collect_host
 from fabricops.model import rates
 from fabricops.parsers import parse
-from fabricops.verify import cabling, counters, hostchecks, pairs
+from fabricops.verify import cabling, counters, hostchecks, pairs, switchports
 from fabricops.verify.expect import HostExpect, NcclSettings, PortExpect, _natural, host_expect
 from fabricops.verify.result import ERROR, CheckResult, passed
 from fabricops.verify.switchstate import ReadFn
@@ -38,8 +39,13 @@ class Options:
     progress: Callable[[str], None] | None = None
     #: test every pair per rail (circle method) instead of the coverage schedule
     all_pairs: bool = False
-    #: RoCE ISL byte counters (fabricops.verify.rounds.CounterFn): ISL coverage is observed from them
+    #: RoCE ISL byte counters (fabricops.verify.rounds.CounterFn): ISL coverage is observed from them.
+    #: None: the switches' own port counters (switchports.IslCounters) when the switch reader can
+    #: read port state
     isl_counters: Callable[..., Any] | None = None
+    #: a cable neither measured nor read healthy is a skip (knowingly accepted), not an error
+    #: (--accept-unproven)
+    accept_unproven: bool = False
     #: run the multi-node NCCL phase in a full run (--nccl; also fabricops_verify_nccl: true)
     nccl: bool = False
 
@@ -53,17 +59,63 @@ class VerifyRun:
     pairs: pairs.PairRun | None = None
     wall_s: float = 0.0
     host_phase_s: float = 0.0
+    #: host -> why it could not be checked (every command of the host phase failed at the transport)
+    unreached: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return passed(self.results)
 
 
+SWITCHES = "switches"  #: --skip switches: leave out the switch port read (fabricops_verify_skip too)
+
+
+@dataclass
+class SwitchPhase:
+    """What the switch port read found (switchports): its results, each read port's health and the
+    switches that could not be read, for the ISL counters and the link proof of the pair phase."""
+
+    plan: switchports.PortPlan | None = None
+    results: list[CheckResult] = field(default_factory=list)
+    health: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    read_errors: dict[str, str] = field(default_factory=dict)
+    reader: Any = None  #: a reader with ``port_states`` (None: the switches are not read)
+    no_access: str | None = None  #: why no switch was read, when none was
+
+    def proof(self, accept: bool) -> switchports.LinkProof:
+        return switchports.LinkProof(self.health, self.read_errors, accept, self.no_access)
+
+
+def exit_status(run: Any, not_checked: Mapping[str, str] | None = None) -> int:
+    """The exit status of a verify run (docs/cli.md): :func:`fabricops.verify.report.exit_status`,
+    except that a run whose only problems say it could not reach a verdict -- a switch that could not
+    be read, a link neither measured nor read healthy (``details.no_verdict``) -- exits 4, never 1
+    (and never 0)."""
+    from fabricops.verify import report
+
+    return report.exit_status(run, not_checked)
+
+
+#: the transport's own failure (ssh's exit status when it cannot connect or the session dies)
+TRANSPORT_FAILED = 255
+
+
+def unreached(raw: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why a host gave no evidence at all, or None when it answered: every command of its host phase
+    ended with the transport's failure (rc 255) and printed nothing. A host that answered some
+    commands was reached; what it did not answer is judged by each check (fails closed)."""
+    if not raw:
+        return None
+    if any(r.get("rc") != TRANSPORT_FAILED or (r.get("stdout") or "").strip() for r in raw.values()):
+        return None
+    first = next(iter(raw.values()))
+    return " ".join(str(first.get("stderr") or "no answer over SSH").split())[:200]
+
+
 def collect(run: pairs.RunFn, expect: HostExpect, only: str | None, timeout: float) -> dict[str, Any]:
-    raw: dict[str, Any] = {}
-    for key, cmd in hostchecks.commands(expect, only).items():
-        raw[key] = dict(run(expect.host, cmd, timeout))
-    return raw
+    """The host's evidence: every command of its host phase in one session when the transport can
+    batch them (fabricops.evidence.collect), else one call per command in order."""
+    return collect_host(run, expect.host, hostchecks.commands(expect, only), timeout)
 
 
 def baseline_from_report(data: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
@@ -136,6 +188,13 @@ def verify(
     th = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(expects)))) as pool:
         for h, raw in pool.map(one, list(expects)):
+            why = unreached(raw)
+            if why is not None:
+                # no evidence, no verdict: the host is "not checked", and it takes no part in the
+                # phases after this one (no pair, cabling or NCCL result is judged without it)
+                vr.unreached[h] = why
+                say(f"{h}: unreachable ({why[:80]})")
+                continue
             raws[h] = raw
             if opts.only not in ("pairs", "nccl"):
                 res = hostchecks.evaluate(expects[h], raw, opts.only)
@@ -143,6 +202,9 @@ def verify(
                 bad = [r for r in res if not r.ok]
                 say(f"{h}: {len(res) - len(bad)}/{len(res)} checks passed")
     vr.host_phase_s = time.monotonic() - th
+    expects = {h: e for h, e in expects.items() if h not in vr.unreached}
+    if not expects:
+        nccl = None
     if opts.only in (None, "hosts") and expects:
         from fabricops.verify import consistency  # every host on a rail: same MTU, same NCCL settings
 
@@ -151,8 +213,12 @@ def verify(
     if opts.only in (None, "cabling") and expects and not cabling.skipped(opts.skip, expects.values()):
         vr.results.extend(cabling.phase(run, list(expects), hostvars, switch_link_layers, switch_reader,
                                         opts.command_timeout_s))
-    if opts.only in (None, "pairs"):
-        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader, hostvars)
+    sw = SwitchPhase(no_access="switch ports not read in this run")
+    if opts.only in (None, "pairs", "cabling") and expects:
+        sw = _switch_phase(expects, raws, hostvars, switch_link_layers, switch_reader, opts, say)
+        vr.results.extend(sw.results)
+    if opts.only in (None, "pairs") and expects:
+        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader, hostvars, sw)
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
@@ -162,6 +228,73 @@ def verify(
         vr.results.extend(nccl_phase.phase(run, expects, raws, nccl, say))
     vr.wall_s = time.monotonic() - t0
     return vr
+
+
+def _switch_phase(
+    expects: Mapping[str, HostExpect],
+    raws: Mapping[str, Mapping[str, Any]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    link_layers: Mapping[str, str] | None,
+    reader: Any,
+    opts: Options,
+    say: Callable[[str], None],
+) -> SwitchPhase:
+    """Read every fabric port of every Ethernet switch of the verified fabric once (all switches in
+    parallel) and judge it (fabricops.verify.switchports); InfiniBand switches are not read."""
+    ph = SwitchPhase()
+    if SWITCHES in set(opts.skip) or all(SWITCHES in e.skip for e in expects.values()):
+        ph.no_access = "the switch port read was skipped (--skip switches)"
+        return ph
+    layers = dict(link_layers or {})
+    host_ports = [(h, p.device, str(p.switch), str(p.switch_port))
+                  for h, e in expects.items() for p in e.ports if p.switch and p.switch_port]
+    links = next((hv.get("fabricops_switch_links") for hv in hostvars.values()
+                  if (hv or {}).get("fabricops_switch_links")), None)
+    plan = ph.plan = switchports.plan_ports(
+        host_ports, links, layers, _host_rates(expects, raws), lambda sw: layers.get(sw) == "Ethernet"
+    )
+    if plan.empty:
+        ph.no_access = "no Ethernet switch in the plan"
+        return ph
+    if not callable(getattr(reader, "port_states", None)):
+        ph.no_access = "no switch access given"
+        return ph
+    say(f"switches: reading {len(plan.switches)} ({', '.join(plan.switches)})")
+    reads = switchports.read_switches(reader, {sw: plan.ports_of(sw) for sw in plan.switches}, qos=True)
+    ph.reader, ph.read_errors = reader, dict(reads.errors)
+    ph.results, ph.health = switchports.judge(plan, reads, next(iter(expects.values())).profile)
+    bad = sum(1 for r in ph.results if not r.ok)
+    say(f"switches: {len(ph.results) - bad}/{len(ph.results)} ports and links as planned"
+        + (f"; not read: {', '.join(sorted(reads.errors))}" if reads.errors else ""))
+    return ph
+
+
+def _host_rates(
+    expects: Mapping[str, HostExpect], raws: Mapping[str, Mapping[str, Any]]
+) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """(host, device) -> the rate its cable should run at and where that comes from: the port's own
+    ``fabricops_cabling`` speed, else its rail's rate (:func:`_rail_rate`: the profile, a cabling
+    speed on the rail, or the highest rate ibstat reports on the rail)."""
+    exp0 = next(iter(expects.values()))
+    groups: dict[tuple[str, int, str], dict[str, PortExpect]] = {}
+    for h, e in expects.items():
+        observed = hostchecks.observed_link_layers(raws.get(h, {}))
+        for p in e.ports:
+            layer = p.link_layer or observed.get(p.device)
+            if layer:
+                groups.setdefault((p.hca, p.port, layer), {})[h] = p
+    out: dict[tuple[str, str], tuple[float | None, str]] = {}
+    for (_hca, _port, layer), members in groups.items():
+        rail = _rail_rate(layer, members, exp0, raws)
+        for h, p in members.items():
+            own = None
+            if p.speed:
+                try:
+                    own = float(rates.port_rate(layer, p.speed, "4X")), f"fabricops_cabling speed {p.speed}"
+                except (ValueError, KeyError):
+                    own = None
+            out[(h, p.device)] = own or rail
+    return out
 
 
 def _nccl_wanted(opts: Options, hosts: Sequence[str], hostvars: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -461,7 +594,8 @@ def _isl_ends(
 
 
 def _pair_phase(
-    run, expects, raws, vr: VerifyRun, opts: Options, say, reader: ReadFn | None = None, hostvars=None
+    run, expects, raws, vr: VerifyRun, opts: Options, say, reader: ReadFn | None = None, hostvars=None,
+    sw: SwitchPhase | None = None,
 ) -> pairs.PairRun | None:
     names = list(expects)
     if len(names) < 2:
@@ -493,8 +627,9 @@ def _pair_phase(
     # tests every pair across the fabric, not only the pairs on one leaf)
     linked = any((hv or {}).get("fabricops_switch_links") for hv in (hostvars or {}).values())
     rails, errors = plan_rails(expects, raws, by_switch=not linked)
+    sw = sw or SwitchPhase(no_access="switch ports not read in this run")
     if not opts.all_pairs:
-        cov = _coverage_phase(run, expects, raws, vr, opts, say, reader, hostvars or {})
+        cov = _coverage_phase(run, expects, raws, vr, opts, say, reader, hostvars or {}, sw)
         if cov is not None:
             return cov
     vr.results.extend(errors)
@@ -528,10 +663,33 @@ def _pair_phase(
     pairs.annotate(pr.results, vr.results, n_hosts=len(names))
     explain_roce(pr.results, rails, vr.results, reader)
     vr.results.extend(pr.results)
+    vr.results.extend(_all_pairs_proof(expects, raws, hostvars or {}, opts, sw))
     return pr
 
 
-def _coverage_phase(run, expects, raws, vr: VerifyRun, opts: Options, say, reader, hostvars):
+def _all_pairs_proof(expects, raws, hostvars, opts: Options, sw: SwitchPhase) -> list[CheckResult]:
+    """--all-pairs reads no switch counters: a RoCE fabric's inter-switch links (ECMP paths no test
+    can name) are proven only by the switch read, else unproven (switchports.LinkProof)."""
+    from fabricops.verify import rounds
+
+    rails, _errors = plan_rails(expects, raws, by_switch=False)
+    hv = next((hostvars.get(h) for h in expects if (hostvars.get(h) or {}).get("fabricops_cabling")), None)
+    if not rails or not hv:
+        return []
+    plans, _why = rounds.plan_fabrics(
+        rails, hv.get("fabricops_cabling"), hv.get("fabricops_switch_links"), rounds.lids_from_raws(raws)
+    )
+    proof = sw.proof(opts.accept_unproven)
+    out: list[CheckResult] = []
+    for p in plans or []:
+        if p.fabric.roce and p.fabric.isl_links():
+            out += proof(p.rail.name, p.rail.index, p.fabric, p.fabric.isl_links(),
+                         lambda _d: "--all-pairs reads no switch counters; RoCE paths are an ECMP hash")
+    return out
+
+
+def _coverage_phase(run, expects, raws, vr: VerifyRun, opts: Options, say, reader, hostvars,
+                    sw: SwitchPhase | None = None):
     """The coverage schedule (fabricops.verify.rounds) when the inventory describes the fabric;
     None (all-pairs) when it does not. Its rails are the HCA ports of one fabric, whatever leaf
     they are on (a two-tier fabric is one rail, not one per leaf)."""
@@ -555,6 +713,11 @@ def _coverage_phase(run, expects, raws, vr: VerifyRun, opts: Options, say, reade
             f"(lower bound {p.lower_bound}; all pairs: {len(pairs.plan(sorted(p.rail.devices), [p.rail]))})"
         )
     exp0 = expects[names[0]]
+    sw = sw or SwitchPhase(no_access="switch ports not read in this run")
+    isl_counters = opts.isl_counters
+    if isl_counters is None and sw.reader is not None and any(p.fabric.roce and p.fabric.isl_links()
+                                                                for p in plans):
+        isl_counters = switchports.IslCounters(sw.reader, known_errors=sw.read_errors)
     pr = rounds.run_coverage(
         run,
         plans,
@@ -563,7 +726,8 @@ def _coverage_phase(run, expects, raws, vr: VerifyRun, opts: Options, say, reade
         progress=say,
         serial=opts.serial,
         rerun=opts.rerun,
-        counters=opts.isl_counters,
+        counters=isl_counters,
+        link_proof=sw.proof(opts.accept_unproven),
     )
     explain_roce(pr.results, pr.rails, vr.results, reader)
     vr.results.extend(pr.results)

@@ -371,7 +371,59 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
     if "ipoib" in want:
         _ipoib(ctx)
     firmware.evaluate(ctx, want)
+    _consequences(ctx)
     return ctx.out
+
+
+#: what follows from a link that is down: the IPoIB interface on it is down, NCCL's HCA list names a
+#: port that is not up. Their own remedies (run the ipoib / nccl_profile role) cannot fix a cable.
+_CONSEQUENCE = (
+    "consequence of {what}: fix the link (cable, transceiver, switch port) and this clears with it; "
+    "running the {role} role will not fix it"
+)
+
+
+def _consequences(ctx: _Ctx) -> None:
+    """A finding that follows from another names that cause instead of a remedy of its own: an IPoIB
+    interface that is only "not up" over a port that is down, an NCCL profile whose only problem is
+    listing ports that are not up, when those ports are down (issue 35: one pulled cable read as three
+    faults with three remedies)."""
+    down = {
+        r.device: r for r in ctx.out
+        if r.check == "hca_port" and r.status == FAIL and r.threshold == "Active/LinkUp" and r.device
+    }
+    if not down:
+        return
+    by_netdev = {p.netdev: p.device for p in ctx.expect.ports if p.netdev and p.device in down}
+    by_hca_port = {f"{p.hca}:{p.port}": p.device for p in ctx.expect.ports if p.device in down}
+    ifaces: dict[str, str] = {}
+    if by_netdev:
+        try:
+            ifaces = {i["name"]: i["device"] for i in ipoib_interfaces(ctx.expect)}
+        except FabricopsError:
+            ifaces = {}
+    for r in ctx.out:
+        if r.status != FAIL:
+            continue
+        cause_dev = None
+        if r.check == "ipoib" and r.device in ifaces and ifaces[r.device] in by_netdev:
+            problems = r.message.split(": ", 1)[-1].split("; ")
+            if all(x.startswith("not up (") for x in problems):
+                cause_dev, role = by_netdev[ifaces[r.device]], "ipoib"
+        elif r.check == "nccl_profile":
+            problems = r.message.split(": ", 1)[-1].split("; ")
+            m = [re.fullmatch(r"NCCL_IB_HCA lists ports that are not up: (.+)", x) for x in problems]
+            if problems and all(m):
+                ports = {y for x in m if x for y in x[1].split(", ")}
+                if ports <= set(by_hca_port):
+                    cause_dev, role = by_hca_port[sorted(ports)[0]], "nccl_profile"
+        if cause_dev is None:
+            continue
+        what = f"{ctx.host} {cause_dev} link down"
+        r.cause = _CONSEQUENCE.format(what=what, role=role)
+        r.caused_by = f"hca_port {ctx.host} {cause_dev}"
+        r.action = f"none of its own: fix {ctx.host} {cause_dev}'s link"
+        r.details["caused_by"] = r.caused_by
 
 
 def _quiet_tool(raw: Raw, key: str, tool: str, attr: str | None = None) -> Any:

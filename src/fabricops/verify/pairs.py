@@ -451,15 +451,26 @@ def blame(results: Sequence[CheckResult]) -> dict[tuple[str, int], list[str]]:
     Per rail, the failed pairs (after the re-run) form edges; the host with the most distinct
     failing peers (at least two) is blamed and its edges are removed; repeat. Edges left over are
     pair-specific failures and blame no host.
+
+    A failed test that isolation explained (``details["explained_by"]``, set by
+    :func:`fabricops.verify.rounds.explained_by`) is attributed to the part it names: a cable between
+    switches blames no host (the hosts at its ends are healthy), a host's port blames that host.
     """
     edges: dict[int, set[tuple[str, str]]] = {}
+    out: dict[tuple[str, int], list[str]] = {}
     for r in results:
         if r.category != "pairs" or r.ok:
             continue
         a, b = r.details.get("client"), r.details.get("server")
+        part = r.details.get("explained_by")
+        if isinstance(part, dict):
+            if part.get("kind") == "hca_port" and part.get("host") in (a, b):
+                key = (str(part["host"]), int(r.details.get("rail", 0)))
+                peer = b if part["host"] == a else a
+                out[key] = sorted({*out.get(key, []), *([peer] if peer else [])})
+            continue
         if a and b:
             edges.setdefault(int(r.details.get("rail", 0)), set()).add(tuple(sorted((a, b))))
-    out: dict[tuple[str, int], list[str]] = {}
     for rail, es in sorted(edges.items()):
         remaining = set(es)
         while True:

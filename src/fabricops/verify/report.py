@@ -41,6 +41,67 @@ def hosts_of(r: CheckResult) -> list[str]:
     return [h for pair in r.host.split(",") for h in pair.split("<->") if h]
 
 
+def part_of(r: CheckResult) -> dict[str, Any] | None:
+    """The part a failed pair test is attributed to when isolation named it (a cable between
+    switches, or a host's port): ``details["explained_by"]`` (fabricops.verify.rounds.explained_by)."""
+    part = r.details.get("explained_by") if isinstance(r.details, dict) else None
+    return part if isinstance(part, dict) and part.get("kind") else None
+
+
+def _on_host(r: CheckResult, host: str) -> bool:
+    """Whether a failed result counts against ``host``: its own check, a multi-host check it took part
+    in, a pair test that could not run; a failed pair test only through blame (below), never when
+    isolation attributed it to a cable."""
+    if r.ok:
+        return False
+    if r.category == "pairs":
+        return r.status == ERROR and not part_of(r)
+    return True
+
+
+def host_verdicts(run: Any, not_checked: Any = None) -> dict[str, dict[str, Any]]:
+    """host -> {"verdict": pass | fail | not_checked, "why": first reason}: one judgement that the
+    terminal table and the JSON report share. A host on the path of a cable that isolation named bad
+    passes (the cable fails, as its own result); a host whose port was named fails."""
+    not_checked = dict(not_checked or {})
+    per: dict[str, list[CheckResult]] = defaultdict(list)
+    for r in run.results:
+        for h in hosts_of(r):
+            per[h].append(r)
+    blamed = blame(run.results)
+    out: dict[str, dict[str, Any]] = {}
+    for h in run.hosts:
+        if h in not_checked:
+            out[h] = {"verdict": "not_checked", "why": str(not_checked[h])}
+            continue
+        bad = [r for r in per[h] if _on_host(r, h)]
+        rails = sorted(rail for (bh, rail) in blamed if bh == h)
+        if not bad and not rails:
+            out[h] = {"verdict": "pass", "why": ""}
+            continue
+        first = bad[0].message.split(": ", 1)[-1] if bad else ""
+        if rails:
+            first += f"{'; ' if first else ''}blamed by pair tests on rail(s) {', '.join(map(str, rails))}"
+        out[h] = {"verdict": "fail", "why": first}
+    return out
+
+
+def bad_parts(run: Any) -> list[dict[str, Any]]:
+    """The parts isolation attributed failed pair tests to, with how many failed tests cross each."""
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for r in run.results:
+        part = None if r.ok else part_of(r)
+        if part is not None:
+            count[(str(part["kind"]), str(part["name"]))] += 1
+    return [{"kind": k, "name": n, "failed_tests": c} for (k, n), c in sorted(count.items())]
+
+
+def no_verdict(r: CheckResult) -> bool:
+    """A result that says no verdict could be reached (``error`` with ``details.no_verdict``: a
+    switch not read, a link unproven; fabricops.verify.switchports)."""
+    return r.status == ERROR and isinstance(r.details, dict) and bool(r.details.get("no_verdict"))
+
+
 def exit_status(run: Any, not_checked: Any = None) -> int:
     """1 when a check failed on a host that was reached (its own failure, not a pair with an
     unreached host); else 4 when a host was not checked or there were no hosts; else 0."""
@@ -48,6 +109,9 @@ def exit_status(run: Any, not_checked: Any = None) -> int:
     if not run.hosts:
         return EXIT_NORUN
     real = [r for r in run.results if not r.ok and not any(h in not_checked for h in hosts_of(r))]
+    if real and all(no_verdict(r) for r in real):
+        # a switch that could not be read, a link neither measured nor read healthy: no verdict
+        return EXIT_NORUN
     if real:
         return EXIT_FAILED
     if not_checked:
@@ -101,6 +165,8 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
             {"host": h, "rail": rail, "peers": peers}
             for (h, rail), peers in sorted(blame(run.results).items())
         ],
+        "host_verdicts": host_verdicts(run, not_checked),
+        "bad_parts": bad_parts(run),
         "results": [r.to_data() for r in run.results],
     }
 
@@ -210,6 +276,8 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
     head = {EXIT_OK: "PASS", EXIT_FAILED: "FAIL"}.get(status, "NOT CHECKED")
     if status == EXIT_NORUN and not run.hosts:
         head = "NOTHING CHECKED (no hosts)"
+    elif status == EXIT_NORUN and not not_checked:
+        head = "NO VERDICT (a switch not read or a link unproven; --accept-unproven to accept it)"
     out = [
         f"fabricops verify: {head}  (profile {run.profile}, {len(run.hosts)} hosts, {s['total']} checks: "
         f"{s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped) "
@@ -222,30 +290,25 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
     for r in run.results:
         for h in hosts_of(r):
             per[h][r.category].append(r)
-    blamed = blame(run.results)
+    verdicts = host_verdicts(run, not_checked)
     width = max([4, *(len(h) for h in run.hosts)])
     out.append(f"{'HOST':<{width}}  " + "  ".join(f"{c:<8}" for c in cats) + "  verdict")
     for h in run.hosts:
-        cells, bad_msgs = [], []
+        cells = []
         for c in cats:
             rs = per[h][c]
-            nbad = sum(1 for r in rs if not r.ok)
+            # a failed pair test attributed to a cable is the cable's failure, not this host's
+            nbad = sum(1 for r in rs if not r.ok and not (c == "pairs" and part_of(r)))
             cells.append(f"{'ok' if rs and not nbad else ('-' if not rs else f'{nbad} FAIL'):<8}")
-            # a failed pair test blames a host only through `blamed`; one that could not run is the
-            # host's failure too (fails closed), as is any other check it took part in
-            bad_msgs += [r for r in rs if not r.ok and (c != "pairs" or r.status == ERROR)]
-        rails = sorted(rail for (bh, rail) in blamed if bh == h)
-        verdict = "pass"
-        if h in not_checked:
-            verdict = f"NOT CHECKED: {not_checked[h]}"
-        elif bad_msgs or rails:
-            first = bad_msgs[0].message.split(": ", 1)[-1] if bad_msgs else ""
-            verdict = "FAIL" + (f": {first}" if first else "")
-            if rails:
-                verdict += (
-                    f"{';' if first else ':'} blamed by pair tests on rail(s) {', '.join(map(str, rails))}"
-                )
+        v = verdicts[h]
+        verdict = {"pass": "pass", "not_checked": "NOT CHECKED", "fail": "FAIL"}[v["verdict"]]
+        if v["why"]:
+            verdict += f": {v['why']}"
         out.append(f"{h:<{width}}  " + "  ".join(cells) + f"  {verdict}")
+    parts = bad_parts(run)
+    if parts:
+        out += ["", "BAD PARTS (named by isolation; the hosts at their ends are not failed for them)"]
+        out += [f"  {p['kind']} {p['name']}: {p['failed_tests']} failed pair test(s) cross it" for p in parts]
     pr = run.pairs
     pair_rs = [r for r in run.results if r.category == "pairs" and r.check in ("ib_write_bw", "ib_write_lat")]
     if pr is not None and getattr(pr, "mode", "") == "coverage":

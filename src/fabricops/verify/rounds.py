@@ -21,15 +21,25 @@ from fabricops.errors import FabricopsError, ParseError
 from fabricops.model import rates
 from fabricops.model.fabric import DirLink, Fabric, dirlink_str, natural
 from fabricops.parsers import parse
-from fabricops.verify import coverage, isolate, pairs
-from fabricops.verify.result import FAIL, SKIP, CheckResult
+from fabricops.verify import coverage, isolate, pairs, switchports
+from fabricops.verify.result import FAIL, PASS, SKIP, CheckResult
 
 #: ISL byte counters of a RoCE fabric: the directed ISLs asked for -> bytes sent so far (the
-#: transmitting switch port's counter). Supplied by the switch-counter reader when there is one.
+#: transmitting switch port's counter; fabricops.verify.switchports.IslCounters). A link it cannot
+#: read is left out (its ``why(link)``, when it has one, says why).
 CounterFn = Callable[[Fabric, Sequence[DirLink]], Mapping[DirLink, int]]
+#: judges the directed cables no byte count proved: (rail name, rail index, fabric, links, why each
+#: was not measured) -> results (fabricops.verify.switchports.LinkProof)
+UnprovenFn = Callable[[str, int, Fabric, set[DirLink], Callable[[DirLink], str]], list[CheckResult]]
 ROCE_FOLLOWUP_ROUNDS = 3
+#: bytes an ISL direction must move in a round to count as crossed by its tests: far above the
+#: control traffic a link carries between tests (LLDP: a frame of a few hundred bytes every 30 s),
+#: far below what one QP of a bandwidth test moves (perftest: 5000 iterations x 64 KiB and more)
+ISL_MIN_BYTES = 1 << 20
 
-__all__ = ["CounterFn", "CoverageRun", "FabricPlan", "lids_from_raws", "plan_fabrics", "run_coverage"]
+__all__ = [
+    "CounterFn", "CoverageRun", "FabricPlan", "UnprovenFn", "lids_from_raws", "plan_fabrics", "run_coverage",
+]
 
 
 @dataclass(eq=False)
@@ -171,6 +181,21 @@ def roce_capacity(f: Fabric, switch_links: Sequence[Mapping[str, Any]], host_gbp
     return max(1, int(min(speeds) // host_gbps))
 
 
+def _why_unmeasured(counters: CounterFn | None, error: str | None) -> Callable[[DirLink], str]:
+    """Why a RoCE ISL direction carries no byte count: no counters, a failed read, or the reader's
+    own word for that link."""
+    if counters is None:
+        return lambda _d: "no switch port counters were read (RoCE paths are an ECMP hash)"
+    per_link = getattr(counters, "why", None)
+
+    def why(d: DirLink) -> str:
+        if error:
+            return f"the switch counters could not be read: {error}"
+        return f"no byte count: {per_link(d)}" if callable(per_link) else "no byte count from the switches"
+
+    return why
+
+
 def _run_round(
     run: pairs.RunFn,
     jobs: Sequence[tuple[FabricPlan, coverage.Test]],
@@ -202,6 +227,32 @@ def _run_round(
     return out
 
 
+def explained_by(f: Fabric, t: coverage.Test, bad: Sequence[Any]) -> dict[str, Any] | None:
+    """The part isolation named bad that test ``t`` crosses: a cable between switches
+    (``{"kind": "cable", "name": "ISL a:p<>b:q"}``, for RoCE an ISL of the ECMP group between two
+    leaves) or a host's port (``{"kind": "hca_port", "host", "device", "name"}``); None when the test
+    crosses no named part. A test explained by a cable blames no host: the hosts at its ends are
+    healthy (fabricops.verify.pairs.blame)."""
+    path = f.path(t.src, t.dst)
+    crossed = set(path) if path is not None else {
+        f.up(t.src), isolate.Bundle(f.leaf_of(t.src), f.leaf_of(t.dst)), f.down(t.dst)
+    }
+    host_part = None
+    for b in bad:
+        if b not in crossed:
+            continue
+        if isinstance(b, isolate.Bundle):
+            return {"kind": "cable", "name": str(b)}
+        kind = f.kind(b)
+        if kind.startswith("isl"):
+            up = b if kind == "isl-up" else (b[1], b[0])
+            return {"kind": "cable", "name": f"ISL {up[0][0]}:{up[0][1]}<>{up[1][0]}:{up[1][1]}"}
+        host_end = b[0] if kind == "host-up" else b[1]
+        host_part = {"kind": "hca_port", "host": host_end[0], "device": host_end[1],
+                     "name": f"host port {host_end[0]} {host_end[1]}"}
+    return host_part
+
+
 def run_coverage(
     run: pairs.RunFn,
     plans: Sequence[FabricPlan],
@@ -213,9 +264,14 @@ def run_coverage(
     rerun: bool = True,
     counters: CounterFn | None = None,
     max_isolation_rounds: int = 4,
+    link_proof: UnprovenFn | None = None,
 ) -> CoverageRun:
     """Run every fabric's coverage rounds side by side (round i of each fabric at once: fabrics
-    share no cable), re-run failed tests alone, then isolate per fabric."""
+    share no cable), re-run failed tests alone, then isolate per fabric.
+
+    A RoCE ISL direction is proven by bytes crossing it (``counters``, read between rounds); one
+    whose counters were read and never moved fails; one no counter reached is judged by
+    ``link_proof`` (default: unproven, an ``error`` -- never a pass)."""
     say = progress or (lambda _m: None)
     t_start = time.monotonic()
     n_rounds = max((len(p.rounds) for p in plans), default=0)
@@ -223,6 +279,9 @@ def run_coverage(
     cr.lower_bound = max((p.lower_bound for p in plans), default=0)
     by_test: dict[tuple[int, coverage.Test], list[CheckResult]] = {}
     observed: dict[int, set[DirLink]] = {p.rail.index: set() for p in plans}
+    counted: dict[int, set[DirLink]] = {p.rail.index: set() for p in plans}  # read before and after a round
+    counter_error: dict[int, str] = {}
+    last: dict[int, Mapping[DirLink, int] | None] = {}
 
     def snapshot(p: FabricPlan) -> Mapping[DirLink, int] | None:
         if counters is None or not p.fabric.roce or not p.fabric.isl_links():
@@ -230,11 +289,15 @@ def run_coverage(
         try:
             return dict(counters(p.fabric, sorted(p.fabric.isl_links())))
         except Exception as exc:  # evidence missing: the ISLs stay unobserved
-            say(f"switch counters not read ({' '.join(str(exc).split())[:120]})")
+            counter_error[p.rail.index] = " ".join(str(exc).split())[:200]
+            say(f"switch counters not read ({counter_error[p.rail.index][:120]})")
             return None
 
     def do_round(label: str, jobs: list[tuple[FabricPlan, coverage.Test]]) -> None:
-        before = {p.rail.index: snapshot(p) for p in plans}
+        mine = [p for p in plans if any(q is p for q, _t in jobs)]
+        # the counters after one round are the counters before the next (nothing runs between)
+        before = {p.rail.index: last[p.rail.index] if last.get(p.rail.index) is not None else snapshot(p)
+                  for p in mine}
         t0 = time.monotonic()
         say(
             f"{label}: "
@@ -246,16 +309,18 @@ def run_coverage(
         cr.round_wall_s.append(time.monotonic() - t0)
         bad = sum(1 for v in res.values() for r in v if not r.ok)
         say(f"{label} done in {cr.round_wall_s[-1]:.1f} s" + (f", {bad} failed" if bad else ""))
-        for p in plans:
+        for p in mine:
             b = before[p.rail.index]
             if b is None:
                 continue
-            after = snapshot(p)
+            after = last[p.rail.index] = snapshot(p)
             if after is None:
                 continue
-            deltas = {d: after.get(d, 0) - b.get(d, 0) for d in after}
+            both = [d for d in after if d in b]  # a link read only once proves nothing
+            counted[p.rail.index].update(both)
+            deltas = {d: after[d] - b[d] for d in both}
             tests = [t for q, t in jobs if q is p]
-            observed[p.rail.index] |= coverage.observe(p.fabric, deltas, tests, bytes_per_test=1)
+            observed[p.rail.index] |= coverage.observe(p.fabric, deltas, tests, bytes_per_test=ISL_MIN_BYTES)
 
     for i in range(n_rounds):
         jobs = [(p, t) for p in plans if i < len(p.rounds) for t in p.rounds[i]]
@@ -362,43 +427,45 @@ def run_coverage(
                         details={"rail": p.rail.index},
                     )
                 )
-            mine_results = [rs for (ri, _t), rs in by_test.items() if ri == p.rail.index]
-            mine_results += [rs for k, rs in probes.items() if k[0] == p.rail.index]
-            for res in mine_results:
+            mine_tests = [(t, rs) for (ri, t), rs in by_test.items() if ri == p.rail.index]
+            mine_tests += [(k[1], rs) for k, rs in probes.items() if k[0] == p.rail.index]
+            for t, res in mine_tests:
+                part = explained_by(f, t, iso.bad)
                 for r in res:
                     if not r.ok:
                         r.cause = f"isolation: {text}; {r.cause}" if r.cause else f"isolation: {text}"
+                        if part is not None:
+                            r.details["explained_by"] = part
         cr.fabrics.append(info)
         unseen = p.fabric.isl_links() - observed[p.rail.index] if f.roce else p.unroutable
         if f.roce and unseen:
-            if counters is None:
+            # never read on a counter (no switch access, a switch not read): the switch read or nothing
+            blind = unseen - counted[p.rail.index]
+            if blind:
+                proof = link_proof or switchports.LinkProof(no_switch_access="no switch read")
+                why = _why_unmeasured(counters, counter_error.get(p.rail.index))
+                judged = proof(p.rail.name, p.rail.index, f, blind, why)
+                cr.results.extend(judged)
+                info["proven_by_switch_read"] = sorted(
+                    d for r in judged if r.status == PASS for d in r.details.get("directions", ())
+                )
+                info["unproven"] = sorted(
+                    d for r in judged if r.status != PASS for d in r.details.get("directions", ())
+                )
+            for d in sorted(unseen - blind, key=dirlink_str):  # read, and never moved
                 cr.results.append(
                     CheckResult(
                         "pairs",
                         "coverage",
                         p.rail.name,
                         None,
-                        SKIP,
-                        f"rail {p.rail.name}: {len(unseen)} ISL directions not observed: RoCE paths are an "
-                        "ECMP hash and no switch port counters were read, so their coverage is unproven",
-                        details={"rail": p.rail.index, "links": sorted(dirlink_str(d) for d in unseen)},
+                        FAIL,
+                        f"rail {p.rail.name}: ISL {dirlink_str(d)} carried no traffic in "
+                        f"{len(cr.round_wall_s)} rounds of cross-leaf tests",
+                        cause="link down or out of the ECMP group (switch port counters did not move)",
+                        details={"rail": p.rail.index, "link": dirlink_str(d)},
                     )
                 )
-            else:
-                for d in sorted(unseen, key=dirlink_str):
-                    cr.results.append(
-                        CheckResult(
-                            "pairs",
-                            "coverage",
-                            p.rail.name,
-                            None,
-                            FAIL,
-                            f"rail {p.rail.name}: ISL {dirlink_str(d)} carried no traffic in "
-                            f"{len(cr.round_wall_s)} rounds of cross-leaf tests",
-                            cause="link down or out of the ECMP group (switch port counters did not move)",
-                            details={"rail": p.rail.index, "link": dirlink_str(d)},
-                        )
-                    )
         elif unseen:
             cr.results.append(
                 CheckResult(

@@ -1,5 +1,7 @@
 """Read-only: what a switch port on a RoCE path has against ``fabricops_roce`` (the likely cause of a
-degraded RoCE pair).
+degraded RoCE pair), and every fabric port's link state, speed and counters
+(:meth:`SwitchReader.port_states`, the platform's ``read_port_state``: Onyx ``show interfaces
+ethernet | json-print``, NVUE ``nv show interface -o json``).
 
 The switch is read through the project's switch transport (``fabricops.switch.transport``: netmiko,
 show commands only: ``get_roce_data``) and its configured state gathered with
@@ -12,16 +14,20 @@ same validated definition the roce_switch role applies. Nothing here configures 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.roce.platforms import SWITCH_OS, switch_platform
-from fabricops.roce.platforms.base import natural
+from fabricops.roce.platforms.base import PortState, natural
 from fabricops.roce.platforms.nvue import nvue_pfc_priorities
 
 __all__ = [
     "PATH_KNOBS",
+    "PortState",
+    "SwitchPortsRead",
     "SwitchReader",
     "inventory_access",
     "isl_path",
@@ -33,6 +39,10 @@ __all__ = [
 ReadFn = Callable[[str, Sequence[str]], Mapping[str, list[str]]]
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # read by fabricops.switch.access
 _LOADER_READY = False
+#: Ansible's plugin loader and Templar are not safe to set up from several threads at once (switches
+#: are read in parallel): the inventory's access is resolved one switch at a time, the sessions open
+#: in parallel
+_ACCESS_LOCK = threading.Lock()
 
 #: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not);
 #: each platform's ``path_knobs`` (``fabricops.roce.platforms``)
@@ -128,6 +138,21 @@ def inventory_access(hostvars: Mapping[str, Any], switch: str, os_name: str | No
     return switch_connection(hostvars, switch=switch, os_name=os_name, inventory=True)
 
 
+@dataclass
+class SwitchPortsRead:
+    """What one read of a switch's fabric ports found (:meth:`SwitchReader.port_states`)."""
+
+    switch: str
+    os_name: str
+    #: the caller's port name -> its state; a port the switch did not list is in ``missing``
+    states: dict[str, PortState] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    #: port -> what it lacks for the lossless class of ``fabricops_roce`` ([]: as declared); None when
+    #: not judged (``qos=False``, no RoCE definition for the switch, or ``qos_error``)
+    qos: dict[str, list[str]] | None = None
+    qos_error: str | None = None
+
+
 class SwitchReader:
     """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
 
@@ -145,13 +170,15 @@ class SwitchReader:
         self.roce = roce
         self.connector = connector
 
-    def __call__(self, switch: str, ports: Sequence[str]) -> dict[str, list[str]]:
+    def _open(self, switch: str) -> tuple[Any, str, dict[str, Any]]:
+        """(session, OS name, inventory variables) of ``switch``, reached as the roce_switch role
+        reaches it; raises :class:`FabricopsError` with one sentence when it cannot be."""
         from fabricops.switch import transport
         from fabricops.switch.access import switch_os
-        from fabricops.switch.model import normalize_os, normalize_ports
-        from fabricops.switch.resource import gather
+        from fabricops.switch.model import normalize_os
 
-        hv = dict(self.hostvars(switch) or {})
+        with _ACCESS_LOCK:
+            hv = dict(self.hostvars(switch) or {})
         if not hv:
             raise FabricopsError(f"{switch} is not in the inventory")
         if hv.get("fabricops_switch_reachable") is False:
@@ -159,20 +186,74 @@ class SwitchReader:
         os_name = switch_os(hv)
         if os_name is None:  # the same sentence as the roce_switch role's
             os_name = normalize_os(hv.get("fabricops_switch_os") or hv.get("ansible_network_os"))
-        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
         if self.connector is not None:
             conn = self.connector(switch, os_name, hv)
         else:
-            conn = transport.connect(inventory_access(hv, switch, os_name))
+            with _ACCESS_LOCK:
+                access = inventory_access(hv, switch, os_name)
+            conn = transport.connect(access)
+        return conn, os_name, hv
+
+    def _problems(
+        self,
+        switch: str,
+        os_name: str,
+        hv: Mapping[str, Any],
+        data: Mapping[str, str],
+        names: Mapping[str, str],
+    ) -> dict[str, list[str]]:
+        from fabricops.switch.resource import gather
+
+        facts, _oper = gather(os_name, data, sorted(set(names.values())))
+        # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
+        facts = switch_platform(os_name).port_facts(facts, data)
+        return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
+
+    def __call__(self, switch: str, ports: Sequence[str]) -> dict[str, list[str]]:
+        from fabricops.switch import transport
+        from fabricops.switch.model import normalize_ports
+
+        conn, os_name, hv = self._open(switch)
+        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
         try:
             data = transport.get_roce_data(conn, os_name, sorted(set(names.values())))
         finally:
             with contextlib.suppress(Exception):  # a dead session may fail to close
                 conn.disconnect()
-        facts, _oper = gather(os_name, data, sorted(set(names.values())))
-        # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
-        facts = switch_platform(os_name).port_facts(facts, data)
-        return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
+        return self._problems(switch, os_name, hv, data, names)
+
+    def port_states(self, switch: str, ports: Sequence[str], qos: bool = False) -> SwitchPortsRead:
+        """``ports``' link state, speed and counters as the switch reports them (the platform's
+        ``read_port_state``: one show for the whole switch), and with ``qos`` what each lacks for the
+        lossless class (:func:`port_problems`), in the same session. Show commands only. Raises
+        :class:`FabricopsError` (or a transport error) when the switch cannot be read."""
+        from fabricops.switch import transport
+        from fabricops.switch.model import normalize_ports
+
+        conn, os_name, hv = self._open(switch)
+        plat = switch_platform(os_name)
+        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
+        wanted = sorted(set(names.values()), key=natural)
+        out = SwitchPortsRead(switch, os_name)
+        try:
+            raw = plat.read_port_state(conn, wanted)
+            roce = self._roce(switch, hv) if qos else None
+            if roce is not None:
+                try:
+                    data = transport.get_roce_data(conn, os_name, wanted)
+                    out.qos = self._problems(switch, os_name, hv, data, names)
+                except Exception as exc:  # the port state stands; its lossless class is not judged
+                    out.qos_error = " ".join(str(exc).split())[:200]
+        finally:
+            with contextlib.suppress(Exception):  # a dead session may fail to close
+                conn.disconnect()
+        states = plat.port_states(raw, wanted)
+        for p, n in names.items():
+            if n in states:
+                out.states[p] = states[n]
+            else:
+                out.missing.append(p)
+        return out
 
     def roce_ports(self, switch: str) -> list[str]:
         """The ports the roce_switch role configures on ``switch``: its ``fabricops_cabling`` ports

@@ -284,11 +284,18 @@ def test_roce_isls_are_covered_only_when_their_counters_move():
     assert fake.qps and min(fake.qps) >= 2 * 2  # cross-leaf tests carry 2 x n_up QPs
     assert cr.links_covered == cr.links_total == 2 * (8 + 8)
     assert all(r.ok for r in cr.results)
-    # without counters the ISLs are not claimed: host links only, and a skip saying why
+    # without counters (and no switch read) the ISLs are not claimed: host links only, and each ISL is
+    # unproven -- an error that says why (no verdict), never a pass or a quiet skip
     cr = rounds.run_coverage(RoceFabric(plans[0].fabric, rng).run, plans, load_profile("hgx-h100-ndr"), opts)
     assert cr.links_covered == 16 and cr.links_total == 32
-    (skip,) = [r for r in cr.results if r.check == "coverage"]
-    assert skip.status == "skip" and "16 ISL directions not observed" in skip.message
+    assert not [r for r in cr.results if r.check == "coverage"]
+    unproven = [r for r in cr.results if r.check == "link_proof"]
+    assert len(unproven) == 8 and all(r.status == "error" and r.details["no_verdict"] for r in unproven)
+    assert all("unproven (both directions): not measured (no switch port counters were read" in r.message
+               for r in unproven)
+    assert {r.details["link"] for r in unproven} == {f"leaf{li}:swp{30 + s}<>spine{s}:swp{li}"
+                                                     for li in range(1, 5) for s in (1, 2)}
+    assert len(cr.fabrics[0]["unproven"]) == 16
 
 
 def test_roce_isl_out_of_the_ecmp_group_is_a_failure_naming_it():

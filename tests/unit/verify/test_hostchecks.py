@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from captures import read_fixture
 from verify_emu import SWITCH_LAYERS, collect, emu, hostvars  # noqa: F401
@@ -572,3 +574,37 @@ def test_doca_profile_release_match():
     assert doca.profile_is_release("2.9.1-018000-24.10-ubuntu2204", "2.9.1")
     assert not doca.profile_is_release("2.9.10-1", "2.9.1")
     assert not doca.profile_is_release(None, "3.1.0") and not doca.profile_is_release("3.1.0-1", "")
+
+
+def test_a_pulled_cable_is_one_fault_its_consequences_name_it(emu, hostvars, collect):
+    """Issue 35: one cable pulled read as three failures with three remedies (hca_port, ipoib "run the
+    ipoib role", nccl_profile "run the nccl_profile role"); the last two follow from the link."""
+    hv = dict(hostvars, nccl_profile_name="ib", ipoib_plan={"networks": {"ibp26s0": "198.18.0.0/16"}},
+              ipoib_host_index=3)
+    exp = _expect(hv, skip=["roce_qos"])
+    (emu.root / "etc").mkdir()
+    (emu.root / "etc/nccl.conf").write_text("NCCL_IB_DISABLE=0\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1\n")
+    emu.port("mlx5_0").update(state="DOWN", phys_state="Disabled")
+    emu.sync()
+    raw = collect(exp)
+    # the IPoIB interface over the dead port: `ip -j addr` as the kernel shows it then (a real capture
+    # with only its state changed), planned address and mode in place
+    ib0 = json.loads(read_fixture("ip-addr", "factrs-ipoib-host.json"))[0]
+    ib0.update(ifname="ibp26s0", operstate="LOWERLAYERDOWN", flags=["BROADCAST", "MULTICAST", "UP"], mtu=4092)
+    ib0["addr_info"][0].update(local="198.18.0.3", prefixlen=16)
+    raw["ipoib_addr:ibp26s0"] = {"rc": 0, "stdout": json.dumps([ib0]), "stderr": ""}
+    raw["ipoib_mode:ibp26s0"] = {"rc": 0, "stdout": "datagram\n", "stderr": ""}
+    bad = {r.check: r for r in _failed(hostchecks.evaluate(exp, raw))}
+    assert set(bad) == {"hca_port", "ipoib", "nccl_profile"}
+    assert bad["hca_port"].caused_by is None and bad["hca_port"].cause.startswith("link down")
+    for check, role in (("ipoib", "ipoib"), ("nccl_profile", "nccl_profile")):
+        r = bad[check]
+        assert r.caused_by == "hca_port gpu03 mlx5_0/1", (check, r.message)
+        assert r.cause.startswith("consequence of gpu03 mlx5_0/1 link down")
+        assert f"the {role} role will not" in r.cause
+        assert "fix gpu03 mlx5_0/1's link" in r.action
+    # the same interface with a wrong address as well is a finding of its own: its remedy stays
+    ib0["addr_info"][0].update(local="198.18.0.99")
+    raw["ipoib_addr:ibp26s0"] = {"rc": 0, "stdout": json.dumps([ib0]), "stderr": ""}
+    r = _by(hostchecks.evaluate(exp, raw), "ipoib")[0]
+    assert r.status == FAIL and r.caused_by is None and r.cause == hostchecks.CAUSES["ipoib"]

@@ -29,7 +29,7 @@ import yaml
 from fabricops.lab.emul.devstate import switch_port_counters
 
 from .nvue_schema import PRESENCE, SCHEMA, Coll, IdSet, Leaf, to_bytes
-from .state import FaultWatch, merge_port_faults, port_entry, run_line, write_fabric_file
+from .state import FaultWatch, merge_port_faults, port_entry, run_line, trained_links, write_fabric_file
 
 __all__ = ["RELEASES", "NvueError", "NvueSession", "NvueSwitch", "expand_ports"]
 
@@ -578,19 +578,41 @@ class NvueSwitch:
             return {} if not isinstance(node, Leaf) else None
         return copy.deepcopy(value)
 
+    def link_stats(self, port: str, link: dict[str, Any] | None = None) -> dict[str, int]:
+        """A port's ``link stats`` (NVUE API guide, GET /nvue_v1/interface/swp1/link/stats: the nine
+        keys in this order): bytes and packets from the flow ledger over a base of control frames;
+        ``carrier-transitions`` the first up plus a down and an up per flap of the lab's ``flapping``
+        fault, ``in-errors`` the symbol errors it left (frames a corrupted symbol spoils fail their
+        FCS); no drops of its own."""
+        if link is None:
+            link = trained_links(self.fabric_file, self.name, [port], self.faults)[port]
+        c = switch_port_counters(self.fabric_file, self.name, port)
+        return {"carrier-transitions": 1 + 2 * link["flaps"], "in-bytes": c["rx_bytes"], "in-drops": 0,
+                "in-errors": link["symbol_errors"], "in-pkts": c["rx_packets"], "out-bytes": c["tx_bytes"],
+                "out-drops": 0, "out-errors": 0, "out-pkts": c["tx_packets"]}
+
     def _interfaces_oper(self, words: list[str], tree: dict[str, Any]) -> Any:
+        """The operational interface tree (``nv show interface -o json``, REST ``GET /interface``):
+        each port's configuration with its ``link`` as the switch runs it -- ``state`` as NVUE's JSON
+        prints a state, a one-key set (``{"up": {}}``; NVUE API guide, "Run cURL Commands"), ``mtu``,
+        the ``speed`` the link trained at while it is up (NVUE command reference, "nv show interface
+        <interface-id> link": operational speed "1G"; :func:`.state.trained_links`) and ``stats``
+        (:meth:`link_stats`)."""
         down = self.faults.ports_down()
         out: dict[str, Any] = {}
+        wanted = self.ports if len(words) < 2 else [p for p in self.ports if p == words[1]]
+        links = trained_links(self.fabric_file, self.name, wanted, self.faults)
         for p in self.ports:
             conf = copy.deepcopy(self._get(tree, "interface", p) or {})
             state = self._get(tree, "interface", p, "link", "state")
             link = conf.setdefault("link", {})
-            link.update(
-                {
-                    "state": "up" if p not in down and state != "down" else "down",
-                    "mtu": int(link.get("mtu", 9216)),
-                }
-            )
+            up = p not in down and state != "down"
+            link.update({"state": {"up" if up else "down": {}}, "mtu": int(link.get("mtu", 9216))})
+            if p in links:
+                gbps = links[p]["gbps"]
+                if up and gbps:
+                    link["speed"] = f"{gbps:g}G"
+                link["stats"] = self.link_stats(p, links[p])
             conf["type"] = "swp"
             out[p] = conf
         if len(words) == 1:
@@ -1050,10 +1072,7 @@ class NvueSession:
         if port not in self.sw.ports:
             return None
         sw = self.sw
-        c = switch_port_counters(sw.fabric_file, sw.name, port)
-        stats = {"carrier-transitions": 1, "in-bytes": c["rx_bytes"], "in-drops": 0, "in-errors": 0,
-                 "in-pkts": c["rx_packets"], "out-bytes": c["tx_bytes"], "out-drops": 0, "out-errors": 0,
-                 "out-pkts": c["tx_packets"]}
+        stats = sw.link_stats(port)
         if len(rest) == 2 and unique_prefix(rest[0], ["link"]) and unique_prefix(rest[1], ["stats"]):
             if fmt == "json":
                 return json.dumps(stats, indent=2) + "\n"
@@ -1094,8 +1113,9 @@ class NvueSession:
             "---------  ----  -----  -----  -----------  -----------  ----  -------",
         ]
         for p, conf in oper.items():
-            st = conf["link"]["state"]
-            lines.append(f"+ {p:<8} {conf['link']['mtu']:<5} {'':6} {st:<6} {'':12} {'':12} swp".rstrip())
+            st = next(iter(conf["link"]["state"]))
+            speed = conf["link"].get("speed", "")
+            lines.append(f"+ {p:<8} {conf['link']['mtu']:<5} {speed:<6} {st:<6} {'':12} {'':12} swp".rstrip())
         return "\n".join(lines) + "\n"
 
     def nv_config(self, rest: list[str]) -> tuple[str, bool]:
@@ -1251,8 +1271,10 @@ def _nv_counters(stats: dict[str, int]) -> str:
         ("Queue Drops", "n/a", "0"), ("Total Drops", "0", "0")])
     lines += group("Error Counters", [
         ("Alignment Errors", "0", "n/a"), ("FCS Errors", "0", "n/a"), ("Jabber Errors", "0", "n/a"),
-        ("Length Errors", "0", "n/a"), ("Oversize Errors", "0", "n/a"), ("Symbol Errors", "0", "n/a"),
-        ("Total Errors", "0", "0"), ("Undersize Errors", "0", "n/a")])
+        ("Length Errors", "0", "n/a"), ("Oversize Errors", "0", "n/a"),
+        ("Symbol Errors", str(stats["in-errors"]), "n/a"),
+        ("Total Errors", str(stats["in-errors"]), str(stats["out-errors"])),
+        ("Undersize Errors", "0", "n/a")])
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from fabricops.lab.emul.devstate import switch_port_counters
 from fabricops.parsers.onyx import expand_interface_range
 
 from .onyx_releases import DEFAULT_RELEASE, release_info
-from .state import FaultWatch, atomic_write_json, merge_port_faults, port_entry, run_line
+from .state import FaultWatch, atomic_write_json, merge_port_faults, port_entry, run_line, trained_links
 
 __all__ = ["ROCE_DEFAULTS", "OnyxSession", "OnyxSwitch"]
 
@@ -457,15 +457,22 @@ class OnyxSwitch:
         n = int(port.split("/")[-1])
         return f"7c:fe:90:{h[0]:02x}:{h[1]:02x}:{(h[2] + 2 * n) % 256:02x}"
 
-    def port_counters(self, port: str) -> tuple[dict[str, str], dict[str, str]]:
+    def port_counters(
+        self, port: str, link: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, str]]:
         """The Rx and Tx counter groups of a port, with the fields (and order) of the mellanox.onyx
         fixture onyx_interfaces_show.cfg: bytes and packets are the flow ledger's (the traffic the
         emulated perftest runs through this port, docs/lab-fidelity.md "Fabric physics") over a
-        base of control frames; the lab has no errors or discards of its own to count."""
+        base of control frames. Rx "error packets" are the symbol errors a lab port fault left
+        (``flapping``: frames a corrupted symbol spoils fail their FCS and count as errors); the
+        lab has no discards of its own to count."""
         c = switch_port_counters(self.fabric_file, self.name, port)
+        if link is None:
+            link = trained_links(self.fabric_file, self.name, [port], self.faults)[port]
         rx, tx = {}, {}
         for group, side in ((rx, "rx"), (tx, "tx")):
-            group.update({"error packets": "0", "packets": str(c[f"{side}_packets"]),
+            errors = link["symbol_errors"] if side == "rx" else 0
+            group.update({"error packets": str(errors), "packets": str(c[f"{side}_packets"]),
                           "bytes": str(c[f"{side}_bytes"]), "multicast packets": "0",
                           "unicast packets": str(c[f"{side}_packets"]), "discard packets": "0",
                           "broadcast packets": "0"})
@@ -478,8 +485,9 @@ class OnyxSwitch:
         in the release's form of `show interfaces ethernet` (a list of one-key dicts from 3.6.6000,
         flat blocks with "header" before)."""
         blocks = []
+        links = trained_links(self.fabric_file, self.name, ports, self.faults)
         for p in ports:
-            rx, tx = self.port_counters(p)
+            rx, tx = self.port_counters(p, links[p])
             blocks.append((p, {"Rx": rx, "Tx": tx}))
         if as_json:
             return self._port_blocks_json(blocks)
@@ -498,16 +506,20 @@ class OnyxSwitch:
         From 3.6.6000 the JSON is a list of one-key dicts ``[{"Eth1/1": [{...}]}]`` (onyx_interface's
         API branch); before, a list of flat blocks with ``header`` (the fixture's own form)."""
         blocks = []
+        links = trained_links(self.fabric_file, self.name, ports, self.faults)
         for p in ports:
             st, pc = self.port_state(p), self.cfg["ports"][p]
             mtu = pc["mtu"] or DEFAULT_MTU
-            rx, tx = self.port_counters(p)
+            rx, tx = self.port_counters(p, links[p])
+            # the rate the link trained at (what both ends agreed on, state.trained_links), in the
+            # capture's form ("100 Gbps"); a port with nothing cabled keeps the capture's 100 Gbps
+            gbps = links[p]["gbps"]
             blocks.append((p, {
                 "Fec": "auto",
                 "Mac address": self._mac(p),
                 "60 seconds ingress rate": "0 bits/sec, 0 bytes/sec, 0 packets/sec",
                 'Last clearing of "show interface" counters': "Never",
-                "Actual speed": "100 Gbps",
+                "Actual speed": f"{gbps:g} Gbps" if gbps else "100 Gbps",
                 "MTU": f"{mtu} bytes(Maximum packet size {mtu + 22} bytes)",
                 "Telemetry threshold": "Disabled\t TCs: N\\A",
                 "Telemetry threshold level": "N\\A",

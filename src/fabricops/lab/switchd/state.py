@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "FaultWatch", "atomic_write_json", "merge_port_faults", "port_entry", "sync_faults", "write_fabric_file",
+    "FaultWatch", "atomic_write_json", "merge_port_faults", "port_entry", "sync_faults", "trained_links",
+    "write_fabric_file",
 ]
 
 
@@ -193,3 +194,59 @@ def run_line(
     if act == "foreign":
         foreign([str(c) for c in rule.get("commands") or []])
     return out, drop
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def trained_links(
+    fabric_file: str | Path | None, switch: str, ports: list[str], faults: FaultWatch
+) -> dict[str, dict[str, Any]]:
+    """What each of ``ports`` trained at and what the lab's port faults left in its counters:
+    ``{port: {"gbps", "width", "flaps", "symbol_errors"}}`` (``gbps`` None for a port nothing is
+    cabled to).
+
+    A link trains at what both ends agree on: a port fault (``port_faults``: ``fabricops lab fault
+    SWITCH port-width|port-speed|flapping``, which the lab writes at both ends of an inter-switch
+    link) gives its rate; otherwise the cabling does -- an inter-switch link's ``gbps`` in
+    FABRIC_DIR/cabling.json, a host cable's the host port's ``rate_gbps`` in the host's
+    hw/hardware.json (so a host port fault shows on the switch side of its cable too, as on a real
+    link). This is what the switch's own port views report (Onyx "Actual speed", NVUE link
+    ``speed``)."""
+    out: dict[str, dict[str, Any]] = {p: {"gbps": None, "width": None, "flaps": 0, "symbol_errors": 0}
+                                      for p in ports}
+    if fabric_file:
+        fabric_dir = Path(fabric_file).parent.parent
+        cabling = _json_file(fabric_dir / "cabling.json") or {}
+        for isl in cabling.get("isls") or []:
+            if not isinstance(isl, dict):
+                continue
+            ends = ((isl.get("switch_a"), isl.get("port_a")), (isl.get("switch_b"), isl.get("port_b")))
+            for sw, port in ends:
+                if sw == switch and port in out and isl.get("gbps"):
+                    out[port].update(gbps=float(isl["gbps"]), width=isl.get("width"))
+        hw_cache: dict[str, Any] = {}
+        for ln in cabling.get("links") or []:
+            if not isinstance(ln, dict) or ln.get("switch") != switch or ln.get("switch_port") not in out:
+                continue
+            host = str(ln.get("host"))
+            if host not in hw_cache:  # STATE_DIR/hosts/HOST/hw/hardware.json (lab/paths.py host_dir)
+                hw_cache[host] = _json_file(fabric_dir.parent / "hosts" / host / "hw" / "hardware.json") or {}
+            for hca in hw_cache[host].get("hcas") or []:
+                for hp in hca.get("ports") or []:
+                    if hp.get("netdev") == ln.get("netdev") and hp.get("rate_gbps"):
+                        out[ln["switch_port"]].update(gbps=float(hp["rate_gbps"]), width=hp.get("width"))
+    for port, fault in faults.port_faults().items():
+        if port not in out:
+            continue
+        if fault.get("gbps"):
+            out[port]["gbps"] = float(fault["gbps"])
+        if fault.get("width"):
+            out[port]["width"] = fault["width"]
+        out[port]["flaps"] = int(fault.get("flaps") or 0)
+        out[port]["symbol_errors"] = int(fault.get("symbol_errors") or 0)
+    return out

@@ -12,11 +12,44 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.switch.knobs import Facts, Key
 
-__all__ = ["SwitchPlatform", "natural", "same"]
+__all__ = ["PortState", "SwitchPlatform", "natural", "same"]
+
+
+@dataclass(frozen=True)
+class PortState:
+    """One switch port as the switch reports it (read-only; :meth:`SwitchPlatform.read_port_state`).
+
+    A field the OS does not show is None (Onyx's ``show interfaces ethernet`` has no carrier
+    transition count; neither OS's port view shows the lanes a port trained at, only its speed)."""
+
+    port: str
+    oper: str | None  #: operational link state: "up" | "down"
+    admin: str | None  #: "up" | "down" (administratively)
+    speed_gbps: float | None  #: the speed the link trained at
+    speed_text: str | None  #: as the switch prints it ("400G", "100 Gbps")
+    width: str | None = None  #: lanes ("2X") where the OS shows them
+    rx_bytes: int | None = None
+    tx_bytes: int | None = None
+    #: error counters under the OS's own names ("in-errors", "rx error packets"), since their last clear
+    errors: dict[str, int] = field(default_factory=dict)
+    #: times the link went down since the counters were cleared (None: the OS does not show it)
+    flaps: int | None = None
+    flaps_basis: str | None = None  #: what ``flaps`` was computed from
+    #: the commands the state was read with (for messages)
+    source: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "oper": self.oper, "admin": self.admin, "speed_gbps": self.speed_gbps, "speed": self.speed_text,
+            "width": self.width, "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
+            "errors": dict(self.errors), "flaps": self.flaps, "flaps_basis": self.flaps_basis,
+            "source": self.source,
+        }
 
 
 def runs(nums: Iterable[int]) -> list[tuple[int, int]]:
@@ -151,6 +184,22 @@ class SwitchPlatform:
         self, oper: Mapping[str, Any], ports: Sequence[str], lossless: int | None
     ) -> dict[str, Any]:  # pragma: no cover
         """The operational view normalised for diagnose (PFC priorities, ECN per port)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ port state (verify)
+
+    def read_port_state(  # pragma: no cover
+        self, connection: Any, ports: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """Raw text of the show command(s) that report ``ports``' link state, speed and counters
+        (show commands only; one command for the whole switch where the OS offers one)."""
+        raise NotImplementedError
+
+    def port_states(  # pragma: no cover
+        self, data: Mapping[str, str], ports: Sequence[str]
+    ) -> dict[str, PortState]:
+        """``ports`` (normalised names) as :meth:`read_port_state` read them; a port the switch did not
+        list is left out. Raises :class:`fabricops.errors.ParseError` on output it cannot read."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ applying

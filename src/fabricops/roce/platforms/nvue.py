@@ -14,7 +14,7 @@ from typing import Any
 
 from fabricops.switch.knobs import PORT_PLACEHOLDER, Facts, Key, NvueKnob, _size_text, bytes_value
 
-from .base import SwitchPlatform, natural, runs
+from .base import PortState, SwitchPlatform, natural, runs
 
 __all__ = ["NVUE", "NVUE_KNOBS", "NvuePlatform", "nvue_facts", "nvue_knob"]
 
@@ -298,6 +298,52 @@ class NvuePlatform(SwitchPlatform):
             "ecn": (lossless in ecn_tcs) if lossless is not None else bool(ecn_tcs),
             "ports": {},
         }
+
+    # ------------------------------------------------------------------ port state (verify)
+
+    #: the operational interface tree: per interface its ``link`` with state, speed and ``stats``
+    #: (NVUE command reference, "nv show interface <interface-id> link": operational speed, state,
+    #: stats carrier-transitions / in-bytes / in-errors ...; NVUE API guide, GET /nvue_v1/interface)
+    PORT_STATE_COMMAND = "nv show interface -o json"
+
+    def read_port_state(self, connection: Any, ports: Sequence[str] = ()) -> dict[str, str]:
+        return {"interfaces": connection.send_command(self.PORT_STATE_COMMAND)}
+
+    def port_states(self, data: Mapping[str, str], ports: Sequence[str]) -> dict[str, PortState]:
+        """Flaps: ``carrier-down-count`` where the release prints it (5.9+), else half the
+        ``carrier-transitions`` (each flap is a down and an up); errors: ``in-errors``, ``out-errors``."""
+        from fabricops.parsers import nvue as nvue_parser
+
+        rec = nvue_parser.parse_interface_links(data.get("interfaces") or "")
+        links = dict(rec.interfaces)
+        if set(links) == {""} and len(ports) == 1:  # a one-port view (``nv show interface swp1 link``)
+            links = {ports[0]: links[""]}
+        out: dict[str, PortState] = {}
+        for p in ports:
+            ln = links.get(p)
+            if ln is None:
+                continue
+            st = ln.stats
+            if "carrier-down-count" in st:
+                flaps, basis = st["carrier-down-count"], "carrier-down-count"
+            elif "carrier-transitions" in st:
+                flaps, basis = st["carrier-transitions"] // 2, "carrier-transitions / 2"
+            else:
+                flaps, basis = None, None
+            out[p] = PortState(
+                port=p,
+                oper=ln.state,
+                admin=ln.admin_status,
+                speed_gbps=ln.speed_gbps,
+                speed_text=ln.speed,
+                rx_bytes=st.get("in-bytes"),
+                tx_bytes=st.get("out-bytes"),
+                errors={k: st[k] for k in ("in-errors", "out-errors") if k in st},
+                flaps=flaps,
+                flaps_basis=basis,
+                source=self.PORT_STATE_COMMAND,
+            )
+        return out
 
     # ------------------------------------------------------------------ applying
 

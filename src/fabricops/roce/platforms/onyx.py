@@ -14,7 +14,7 @@ from typing import Any
 
 from fabricops.switch.knobs import Facts, Key, OnyxKnob
 
-from .base import SwitchPlatform, natural, runs, same
+from .base import PortState, SwitchPlatform, natural, runs, same
 
 __all__ = ["ONYX", "ONYX_KNOBS", "OnyxPlatform", "onyx_facts", "onyx_knob"]
 
@@ -300,6 +300,43 @@ class OnyxPlatform(SwitchPlatform):
                 if tc_ecn is not None
                 else None,
             }
+        return out
+
+    # ------------------------------------------------------------------ port state (verify)
+
+    #: one show for every port: state, "Actual speed" and the Rx/Tx counter groups (Onyx user
+    #: manual, "show interfaces ethernet"; the fields of mellanox.onyx fixture onyx_interfaces_show.cfg)
+    PORT_STATE_COMMAND = "show interfaces ethernet | json-print"
+
+    def read_port_state(self, connection: Any, ports: Sequence[str] = ()) -> dict[str, str]:
+        _enter_enable(connection)
+        return {"interfaces": connection.send_command(self.PORT_STATE_COMMAND)}
+
+    def port_states(self, data: Mapping[str, str], ports: Sequence[str]) -> dict[str, PortState]:
+        """Onyx shows no carrier transition count and no lane count here: ``flaps`` and ``width``
+        stay None; the error counters are the Rx and Tx "error packets"."""
+        from fabricops.parsers import onyx as onyx_parser
+
+        rec = onyx_parser.parse_interfaces(data.get("interfaces") or "")
+        out: dict[str, PortState] = {}
+        for p in ports:
+            it = rec.interfaces.get(p)
+            if it is None:
+                continue
+            errors = {f"{side} {k}": v for side, grp in (("rx", it.rx), ("tx", it.tx))
+                      for k, v in grp.items() if k == "error packets"}
+            admin = (it.admin_state or "").lower()
+            out[p] = PortState(
+                port=p,
+                oper=None if it.up is None else ("up" if it.up else "down"),
+                admin={"enabled": "up", "disabled": "down"}.get(admin),
+                speed_gbps=it.speed_gbps,
+                speed_text=it.actual_speed,
+                rx_bytes=it.rx.get("bytes"),
+                tx_bytes=it.tx.get("bytes"),
+                errors=errors,
+                source=self.PORT_STATE_COMMAND,
+            )
         return out
 
     # ------------------------------------------------------------------ applying
