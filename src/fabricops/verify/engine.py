@@ -17,7 +17,7 @@ from fabricops.errors import BadInput, FabricopsError, ParseError
 from fabricops.evidence.collect import collect as collect_host
 from fabricops.model import rates
 from fabricops.parsers import parse
-from fabricops.verify import cabling, counters, hostchecks, pairs, switchports
+from fabricops.verify import cabling, counters, hostchecks, pairs, switchports, switchstate
 from fabricops.verify.expect import HostExpect, NcclSettings, PortExpect, _natural, host_expect
 from fabricops.verify.result import ERROR, CheckResult, passed
 from fabricops.verify.switchstate import ReadFn
@@ -151,7 +151,26 @@ def verify(
     switch_link_layers: Mapping[str, str] | None = None,
     switch_reader: ReadFn | None = None,
 ) -> VerifyRun:
-    """``switch_reader`` (read-only) explains degraded RoCE pairs by the switch ports on their path."""
+    """``switch_reader`` (read-only) explains degraded RoCE pairs by the switch ports on their path.
+
+    One session per switch is kept for the whole run (the port-state read, every ISL counter read,
+    the RoCE causes: :meth:`fabricops.verify.switchstate.SwitchReader.keep_sessions`) and closed at
+    its end, also when the run raises."""
+    sessions = switchstate.keep_sessions(switch_reader)
+    try:
+        return _verify(run, hosts, hostvars, opts, switch_link_layers, switch_reader)
+    finally:
+        sessions.close()
+
+
+def _verify(
+    run: pairs.RunFn,
+    hosts: Sequence[str],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    opts: Options,
+    switch_link_layers: Mapping[str, str] | None,
+    switch_reader: ReadFn | None,
+) -> VerifyRun:
     say = opts.progress or (lambda _m: None)
     t0 = time.monotonic()
     vr = VerifyRun(hosts=list(hosts), profile=opts.profile, only=opts.only)

@@ -2,11 +2,12 @@
 
 **What is read.** Every Onyx / Cumulus switch of the verified fabric is read once per run, all
 switches in parallel, through the inventory's switch access (:class:`~fabricops.verify.switchstate.
-SwitchReader`, show commands only): every port that carries a host cable of a verified host or an
-inter-switch link (``fabricops_cabling``, ``fabricops_switch_links``) -- its operational state, the
-speed it trained at, its error counters, how often it went down, its tx/rx bytes (the platform's
-``read_port_state``: Onyx ``show interfaces ethernet | json-print``, NVUE ``nv show interface -o
-json``) and what it lacks for the lossless class of ``fabricops_roce``
+SwitchReader`, show commands only; one SSH session per switch kept for the whole run and reused by
+this read and every ISL counter read, closed at its end): every port that carries a host cable of a
+verified host or an inter-switch link (``fabricops_cabling``, ``fabricops_switch_links``) -- its
+operational state, the speed it trained at, its error counters, how often it went down, its tx/rx
+bytes (the platform's ``read_port_state``: Onyx ``show interfaces ethernet | json-print``, NVUE
+``nv show interface -o json``) and what it lacks for the lossless class of ``fabricops_roce``
 (:func:`~fabricops.verify.switchstate.port_problems`). InfiniBand switches are not read here (their
 ports are read from the hosts: ``ibstat``, ``perfquery``, ``ibnetdiscover``).
 
@@ -196,7 +197,9 @@ def read_switches(
     reader: Any, ports: Mapping[str, Sequence[str]], qos: bool = True, workers: int = MAX_WORKERS
 ) -> SwitchReads:
     """``reader.port_states(switch, ports, qos=...)`` for every switch, in parallel (one session
-    each); a switch that cannot be read is in ``errors`` with one sentence."""
+    each: the reader's kept session of the switch during a verify run,
+    :meth:`~fabricops.verify.switchstate.SwitchReader.keep_sessions`); a switch that cannot be read
+    is in ``errors`` with one sentence."""
     out = SwitchReads()
     items = [(sw, list(p)) for sw, p in ports.items() if p]
     if not items:
@@ -221,9 +224,10 @@ def read_switches(
 class IslCounters:
     """The coverage rounds' ``counters`` (:data:`fabricops.verify.rounds.CounterFn`): the bytes each
     directed inter-switch link has carried, from the transmitting port's tx counter (else the
-    receiving port's rx counter), every switch read in parallel. A link whose switches could not
-    be read is left out (:meth:`why` says why); when none could, it raises. A switch in
-    ``known_errors`` (the run's first read could not reach it) is not tried again."""
+    receiving port's rx counter), every switch read in parallel (through the sessions the reader
+    keeps for the run: no new login per read). A link whose switches could not be read is left out
+    (:meth:`why` says why); when none could, it raises. A switch in ``known_errors`` (the run's
+    first read could not reach it) is not tried again."""
 
     def __init__(
         self, reader: Any, workers: int = MAX_WORKERS, known_errors: Mapping[str, str] | None = None

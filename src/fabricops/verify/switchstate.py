@@ -8,7 +8,10 @@ show commands only: ``get_roce_data``) and its configured state gathered with
 ``fabricops.switch.resource.gather``; the wanted state is ``fabricops.switch.model.want_facts`` of the
 same validated definition the roce_switch role applies. Nothing here configures a switch.
 
-:func:`port_problems` is pure (facts in, sentences out); :class:`SwitchReader` connects.
+:func:`port_problems` is pure (facts in, sentences out); :class:`SwitchReader` connects: a session per
+read, or, while :meth:`SwitchReader.keep_sessions` holds them (``fabricops verify`` for its whole
+run), one session per switch reused by every read (a lock per session: one thread on it at a time; a
+session that died between reads is reopened once and the read retried).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ __all__ = [
     "PortState",
     "SwitchPortsRead",
     "SwitchReader",
+    "SwitchSessions",
     "inventory_access",
     "isl_path",
+    "keep_sessions",
     "nvue_pfc_priorities",
     "port_problems",
 ]
@@ -43,6 +48,8 @@ _LOADER_READY = False
 #: are read in parallel): the inventory's access is resolved one switch at a time, the sessions open
 #: in parallel
 _ACCESS_LOCK = threading.Lock()
+#: closing the kept sessions waits this long for a read still running on one
+CLOSE_WAIT_S = 60.0
 
 #: knobs that decide whether the lossless class is lossless (ETS weights and the watchdog do not);
 #: each platform's ``path_knobs`` (``fabricops.roce.platforms``)
@@ -153,6 +160,53 @@ class SwitchPortsRead:
     qos_error: str | None = None
 
 
+def _disconnect(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # a dead session may fail to close
+        conn.disconnect()
+
+
+@dataclass
+class _Session:
+    """One switch's kept session; ``lock``: one thread at a time on it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    conn: Any = None
+    os_name: str = ""
+    hv: dict[str, Any] = field(default_factory=dict)
+    closed: bool = False  #: the kept sessions were closed: a read still holding this opens its own
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            _disconnect(self.conn)
+        self.conn = None
+
+
+class SwitchSessions:
+    """The handle :meth:`SwitchReader.keep_sessions` returns: ``close()`` (or leaving its ``with``
+    block) closes the kept sessions."""
+
+    def __init__(self, reader: SwitchReader | None):
+        self.reader = reader
+
+    def close(self) -> None:
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            reader.close_sessions()
+
+    def __enter__(self) -> SwitchSessions:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def keep_sessions(reader: Any) -> SwitchSessions:
+    """Keep one session per switch open for a run of ``reader`` (a :class:`SwitchReader`; anything
+    else: a handle that does nothing), closed by the handle's ``close()``."""
+    keep = getattr(reader, "keep_sessions", None)
+    return keep() if callable(keep) else SwitchSessions(None)
+
+
 class SwitchReader:
     """Reads switch ports through ``fabricops.switch.transport`` (show commands only).
 
@@ -169,6 +223,9 @@ class SwitchReader:
         self.hostvars = hostvars
         self.roce = roce
         self.connector = connector
+        #: switch -> its kept session while sessions are kept (:meth:`keep_sessions`), else None
+        self._kept: dict[str, _Session] | None = None
+        self._kept_lock = threading.Lock()
 
     def _open(self, switch: str) -> tuple[Any, str, dict[str, Any]]:
         """(session, OS name, inventory variables) of ``switch``, reached as the roce_switch role
@@ -213,14 +270,12 @@ class SwitchReader:
         from fabricops.switch import transport
         from fabricops.switch.model import normalize_ports
 
-        conn, os_name, hv = self._open(switch)
-        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
-        try:
+        def read(conn: Any, os_name: str, hv: Mapping[str, Any]) -> dict[str, list[str]]:
+            names = {p: normalize_ports(os_name, [p])[0] for p in ports}
             data = transport.get_roce_data(conn, os_name, sorted(set(names.values())))
-        finally:
-            with contextlib.suppress(Exception):  # a dead session may fail to close
-                conn.disconnect()
-        return self._problems(switch, os_name, hv, data, names)
+            return self._problems(switch, os_name, hv, data, names)
+
+        return self._in_session(switch, read)
 
     def port_states(self, switch: str, ports: Sequence[str], qos: bool = False) -> SwitchPortsRead:
         """``ports``' link state, speed and counters as the switch reports them (the platform's
@@ -230,12 +285,11 @@ class SwitchReader:
         from fabricops.switch import transport
         from fabricops.switch.model import normalize_ports
 
-        conn, os_name, hv = self._open(switch)
-        plat = switch_platform(os_name)
-        names = {p: normalize_ports(os_name, [p])[0] for p in ports}
-        wanted = sorted(set(names.values()), key=natural)
-        out = SwitchPortsRead(switch, os_name)
-        try:
+        def read(conn: Any, os_name: str, hv: Mapping[str, Any]) -> tuple[SwitchPortsRead, Any, dict, list]:
+            plat = switch_platform(os_name)
+            names = {p: normalize_ports(os_name, [p])[0] for p in ports}
+            wanted = sorted(set(names.values()), key=natural)
+            out = SwitchPortsRead(switch, os_name)
             raw = plat.read_port_state(conn, wanted)
             roce = self._roce(switch, hv) if qos else None
             if roce is not None:
@@ -244,16 +298,78 @@ class SwitchReader:
                     out.qos = self._problems(switch, os_name, hv, data, names)
                 except Exception as exc:  # the port state stands; its lossless class is not judged
                     out.qos_error = " ".join(str(exc).split())[:200]
-        finally:
-            with contextlib.suppress(Exception):  # a dead session may fail to close
-                conn.disconnect()
-        states = plat.port_states(raw, wanted)
+            return out, raw, names, wanted
+
+        out, raw, names, wanted = self._in_session(switch, read)
+        states = switch_platform(out.os_name).port_states(raw, wanted)
         for p, n in names.items():
             if n in states:
                 out.states[p] = states[n]
             else:
                 out.missing.append(p)
         return out
+
+    # ----------------------------------------------------------------------- sessions
+
+    def keep_sessions(self) -> SwitchSessions:
+        """Keep one session per switch open from now until the returned handle's ``close()`` (or the
+        end of its ``with`` block): every read of a switch (:meth:`port_states`, :meth:`__call__`)
+        reuses that switch's session instead of logging in again. Already kept (an outer caller
+        keeps them): a handle whose ``close()`` leaves them to that caller."""
+        with self._kept_lock:
+            if self._kept is not None:
+                return SwitchSessions(None)
+            self._kept = {}
+        return SwitchSessions(self)
+
+    def close_sessions(self) -> None:
+        """Close every kept session; reads after this open a session each again."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, None
+        for slot in (kept or {}).values():
+            # a read still running on the session finishes first (bounded: a hung read is cut off)
+            locked = slot.lock.acquire(timeout=CLOSE_WAIT_S)
+            try:
+                slot.closed = True
+                slot.drop()
+            finally:
+                if locked:
+                    slot.lock.release()
+
+    def _in_session(self, switch: str, read: Callable[[Any, str, Mapping[str, Any]], Any]) -> Any:
+        """``read(session, OS name, inventory variables)`` of ``switch``: in its kept session when
+        sessions are kept (one thread at a time on it: the session's lock), else in a session opened
+        for this read and closed after it. A kept session that fails a read (the switch or an idle
+        timeout dropped it since its last read) is reopened once and the read retried; a read that
+        fails on a session just opened fails as it would without kept sessions."""
+        with self._kept_lock:
+            slot = None if self._kept is None else self._kept.setdefault(switch, _Session())
+        if slot is not None:
+            with slot.lock:
+                if not slot.closed:
+                    return self._read_kept(switch, slot, read)
+        conn, os_name, hv = self._open(switch)
+        try:
+            return read(conn, os_name, hv)
+        finally:
+            _disconnect(conn)
+
+    def _read_kept(self, switch: str, slot: _Session, read: Callable[..., Any]) -> Any:
+        reused = slot.conn is not None
+        if not reused:
+            slot.conn, slot.os_name, slot.hv = self._open(switch)
+        try:
+            return read(slot.conn, slot.os_name, slot.hv)
+        except Exception:
+            slot.drop()  # dead or in an unknown state: never read through it again
+            if not reused:
+                raise
+        slot.conn, slot.os_name, slot.hv = self._open(switch)  # reopened once, the read retried
+        try:
+            return read(slot.conn, slot.os_name, slot.hv)
+        except Exception:
+            slot.drop()
+            raise
 
     def roce_ports(self, switch: str) -> list[str]:
         """The ports the roce_switch role configures on ``switch``: its ``fabricops_cabling`` ports
