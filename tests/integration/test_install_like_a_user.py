@@ -39,6 +39,7 @@ ssh_args = -o ControlMaster=auto -o ControlPersist=60s
 
 
 def _run(argv, cwd, env, timeout=900):
+    env = {**env, "PWD": str(cwd)}  # as the user's shell sets it after `cd` (verify.yml's report dir)
     proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
     return proc
@@ -118,9 +119,9 @@ def test_ansible_doc_documents_every_module_role_and_filter(user):
             assert doc.get("doc", {}).get("description") or doc.get("entry_points"), (kind, name)
 
 
-def _site(user_or_none):
+def _site(user_or_none, *more):
     argv = ["ansible-playbook", "-i", INVENTORY, "fabricops.fabric.site", "--limit", HOST, "--tags", "hosts",
-            *EXTRA]
+            *EXTRA, *more]
     if user_or_none is None:
         argv[0] = VENV_BIN / "ansible-playbook"
         argv[3] = "site.yml"
@@ -152,15 +153,18 @@ def test_drift_from_an_empty_directory_reports_what_the_checkout_reports(user, t
 def test_site_check_mode_from_an_empty_directory_completes_with_its_report(user, tmp_path):
     """Issue 35: the verification play's report directory was not made in check mode, so `--check`
     from a fresh directory failed on its last play (the checkout hid it: its .cache/ exists)."""
-    _ok(_site(user))  # converged (idempotent; the test does not rely on the ones before)
-    work = tmp_path / "fresh"
+    # converged, IPoIB up included (consent: the test does not rely on the ones before)
+    _ok(_site(user, "-e", "ipoib_allow_restart=true", "-e", "mlnx_ofed_allow_restart=true"))
+    work = tmp_path / "fresh"  # the user's settings (collections path), no .cache/ from earlier runs
     work.mkdir()
+    shutil.copy(user["work"] / "ansible.cfg", work / "ansible.cfg")
     argv = ["ansible-playbook", "-i", INVENTORY, "fabricops.fabric.site", "--check", "--diff",
             "--limit", f"{HOST},localhost", "--tags", "hosts,verify", *EXTRA,
             "-e", f"fabricops_verify_limit={HOST}", "-e", "fabricops_verify_only=hosts"]
     run = _ok(_run(argv, work, user["env"]))
     recap = _recap(run.stdout)
     assert recap[HOST]["changed"] == 0 and recap["localhost"]["failures"] == 0, run.stdout[-3000:]
+    # the report lands in the directory the play ran in, not in the checkout the inventory is from
     report = json.loads((work / ".cache/verify/verify.json").read_text())
     assert report["hosts"] == [HOST] and report["exit_status"] == 0
 
