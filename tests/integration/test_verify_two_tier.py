@@ -137,6 +137,14 @@ def test_a_degraded_isl_is_named(two_tier, tmp_path):
     assert names and all("ib-leaf2:33" in n and "ib-spine1:2" in n and "ISL" in n for n in names), text
     assert all(r["details"]["rail"] == 0 for r in bad(data) if r["check"] == "isolation"), text
     assert all("mlx5_0" in r["device"] for r in bad(data) if r["check"] != "isolation"), text
+    # the cable is blamed, not the hosts behind it: every host's own verdict is pass (issue 35: a
+    # healthy host was failed "blamed by pair tests on rail(s) 0") and the failed pair tests count
+    # against the ISL
+    verdicts = data["host_verdicts"]
+    assert len(verdicts) == HOSTS and all(v["verdict"] == "pass" for v in verdicts.values()), verdicts
+    assert "blamed by pair tests" not in text, text
+    parts = data["bad_parts"]
+    assert parts and all("ib-leaf2:33" in p["name"] for p in parts) and parts[0]["failed_tests"] > 0, parts
     rc, _data, text = verify(tmp_path, "--only", "pairs")
     assert rc == 0, text
 

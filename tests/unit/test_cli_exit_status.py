@@ -511,3 +511,24 @@ def test_every_host_unreachable_is_could_not_run_with_no_finding(all_down, capsy
     data = json.loads(out)
     assert rc == EXIT_NORUN and data["items"] == [] and data["clean_hosts"] == [], err
     assert sorted(data["not_checked"]) == ["gpu01", "gpu02", "gpu03", "gpu04"]
+
+
+def test_verify_report_says_until_when_its_verdicts_may_drive_an_action(w, capsys, monkeypatch, tmp_path):
+    """Issue 36: `fabricops act` refuses a stale report; the report says when its evidence was gathered
+    and until when it is valid (--valid-for, default one hour from the start of the run)."""
+    from fabricops import result
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(result, "clock", lambda: "2026-12-06T10:00:00Z")
+    base = ["verify", "-i", str(w / "unreachable.yml"), "-l", "h3", "--profile", "hgx-h100-ndr", "--json", "-"]
+    _rc, out, _ = _run(base, capsys)
+    data = json.loads(out)
+    assert (data["observed_from"], data["generated_at"]) == ("2026-12-06T10:00:00Z", "2026-12-06T10:00:00Z")
+    assert data["valid_until"] == "2026-12-06T11:00:00Z"
+    _rc, out, _ = _run([*base, "--valid-for", "90m"], capsys)
+    assert json.loads(out)["valid_until"] == "2026-12-06T11:30:00Z"
+    _rc, out, _ = _run([*base, "--valid-for", "2d"], capsys)
+    assert json.loads(out)["valid_until"] == "2026-12-08T10:00:00Z"
+    for bad in ("10s", "8d", "1h30m", "0m", "soon"):
+        assert cli.main([*base, "--valid-for", bad]) == 2, bad
+        assert "is not a duration from 1 minute to 7 days" in capsys.readouterr().err, bad

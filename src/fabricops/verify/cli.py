@@ -77,7 +77,31 @@ def register(subparsers) -> None:
         help="a link neither measured by the tests nor read healthy on its switch is a skip saying so "
         "(knowingly accepted), not an error (exit 4, no verdict)",
     )
+    p.add_argument(
+        "--valid-for",
+        type=duration,
+        metavar="DURATION",
+        help="how long the report's verdicts may drive an action (fabricops act), from the start of the "
+        "run: 90m, 2h, 3600s or seconds; 1 minute to 7 days (default 1h)",
+    )
     p.set_defaults(func=cmd_verify)
+
+
+_DURATION = re.compile(r"(\d{1,7})([smhd]?)")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> int:
+    """``--valid-for``: 90m, 2h, 3600s, 1d or plain seconds, from 60 s to 7 days."""
+    import argparse
+
+    m = _DURATION.fullmatch(text.strip())
+    seconds = int(m.group(1)) * _UNIT_S[m.group(2)] if m else -1
+    if not 60 <= seconds <= 7 * 86400:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration from 1 minute to 7 days (90m, 2h, 3600s)"
+        )
+    return seconds
 
 
 def check_profile(name: str | None) -> None:
@@ -213,6 +237,7 @@ def cmd_verify(args) -> int:
         switch_reader=fabric.switch_reader(roce),
     )
     out.done()
+    run.valid_for_s = args.valid_for
     not_checked = {h: f"unreachable: {why}" for h, why in run.unreached.items()}
     not_checked.update(reach.not_checked(run.hosts))
     status = exit_status(run, not_checked)

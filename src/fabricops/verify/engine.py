@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricops import result as _result
 from fabricops.errors import BadInput, FabricopsError, ParseError
 from fabricops.evidence.collect import collect as collect_host
 from fabricops.model import rates
@@ -61,6 +62,10 @@ class VerifyRun:
     host_phase_s: float = 0.0
     #: host -> why it could not be checked (every command of the host phase failed at the transport)
     unreached: dict[str, str] = field(default_factory=dict)
+    #: when the run began to gather evidence (ISO-8601 UTC): the report's verdicts are valid from it
+    started_at: str = field(default_factory=lambda: _result.clock())
+    #: seconds from started_at its verdicts may drive an action (None: the report's default)
+    valid_for_s: float | None = None
 
     @property
     def ok(self) -> bool:

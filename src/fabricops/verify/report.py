@@ -2,11 +2,17 @@
 
 JSON (``schema: fabricops.verify/1``)::
 
-    {"schema", "ok", "exit_status", "profile", "only", "hosts": [..], "not_checked": {host: why}, "wall_s",
+    {"schema", "observed_from", "generated_at", "valid_until", "ok", "exit_status", "profile", "only",
+     "hosts": [..], "not_checked": {host: why}, "wall_s",
      "summary": {"total", "passed", "failed", "errors", "skipped"},
      "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns", "rails"} | null,
-     "blamed": [{"host", "rail", "peers"}],
+     "blamed": [{"host", "rail", "peers"}], "host_verdicts": {host: {"verdict", "why"}},
+     "bad_parts": [{"kind", "name", "failed_tests"}],
      "results": [CheckResult.to_data()...]}
+
+Times are ISO-8601 UTC to the second: ``observed_from`` when the run began to gather evidence,
+``generated_at`` when the report was made, ``valid_until`` ``observed_from`` plus the run's validity
+(``fabricops verify --valid-for``, default :data:`VALID_FOR_S`).
 """
 
 from __future__ import annotations
@@ -14,14 +20,19 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fabricops import result as _result
 from fabricops.cliopts import terminal_safe, xml_safe
 from fabricops.errors import EXIT_FAILED, EXIT_NORUN, EXIT_OK
 from fabricops.verify.pairs import blame
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
 SCHEMA = "fabricops.verify/1"
+#: how long a report's verdicts may drive an action by default (``--valid-for``): a health verdict
+#: an hour old is what a periodic check (Slurm's HealthCheckInterval, a cron'd verify) leaves behind
+VALID_FOR_S = 3600
 
 
 def summary(results: list[CheckResult]) -> dict[str, int]:
@@ -128,8 +139,15 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
     pr = run.pairs
     not_checked = dict(not_checked or {})
     status = _status(run, not_checked, status)
+    generated = _result.clock()
+    observed = getattr(run, "started_at", None) or generated
     return {
         "schema": SCHEMA,
+        # when the evidence was gathered and until when its verdicts may drive an action (fabricops
+        # act refuses a report past valid_until: a stale verdict never drains a node)
+        "observed_from": observed,
+        "generated_at": generated,
+        "valid_until": valid_until(observed, getattr(run, "valid_for_s", None) or VALID_FOR_S),
         "ok": status == EXIT_OK,
         "exit_status": status,
         "profile": run.profile,
@@ -169,6 +187,12 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
         "bad_parts": bad_parts(run),
         "results": [r.to_data() for r in run.results],
     }
+
+
+def valid_until(observed: str, seconds: float) -> str:
+    """``observed`` (ISO-8601 UTC, ``...Z``) plus ``seconds``, in the same form."""
+    start = datetime.strptime(observed, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (start + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _coverage_data(pr: Any) -> dict[str, Any]:
