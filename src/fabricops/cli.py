@@ -44,6 +44,8 @@ SUBCOMMANDS = [
     "fabricops.drift",
     "fabricops.diagnose",
     "fabricops.plan",
+    "fabricops.sched.cli",
+    "fabricops.act.cli",
 ]
 
 

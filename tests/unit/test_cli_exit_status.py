@@ -36,7 +36,7 @@ from fabricops.errors import (
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-COMMANDS = ["parse", "lab", "verify", "drift", "diagnose", "plan"]
+COMMANDS = ["parse", "lab", "verify", "drift", "diagnose", "plan", "topology", "act"]
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,11 @@ ROWS = [
     # 2: usage, for every command: an unknown flag, the same status argparse uses, never "drift found"
     *[(f"{c}-bogus-flag", [*argv, "--bogus"], EXIT_USAGE, "unrecognized arguments: --bogus")
       for c, argv in (("parse", ["parse", "ibstat"]), ("lab", ["lab", "status"]), ("verify", ["verify"]),
-                      ("drift", ["drift"]), ("diagnose", ["diagnose"]), ("plan", ["plan", "--gpus", "8"]))],
+                      ("drift", ["drift"]), ("diagnose", ["diagnose"]), ("plan", ["plan", "--gpus", "8"]),
+                      ("topology", ["topology"]), ("act", ["act", "r.json"]))],
+    ("act-no-report", ["act", "{w}/nope.json"], EXIT_NORUN, "nope.json"),
+    ("topology-no-inventory", ["topology", "-i", "{w}/nope.yml", "--from", "plan"], EXIT_NORUN, "nope.yml"),
+    ("topology-unreachable", ["topology", "-i", "{w}/unreachable.yml", "-l", "h3"], EXIT_NORUN, ""),
     ("plan-missing-required", ["plan"], EXIT_USAGE, "required: --gpus"),
     ("lab-no-subcommand", ["lab"], EXIT_USAGE, "required"),
     ("lab-up-bogus", ["lab", "up", "--hosts", "x"], EXIT_USAGE, "invalid int value"),
@@ -520,7 +524,8 @@ def test_verify_report_says_until_when_its_verdicts_may_drive_an_action(w, capsy
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(result, "clock", lambda: "2026-12-06T10:00:00Z")
-    base = ["verify", "-i", str(w / "unreachable.yml"), "-l", "h3", "--profile", "hgx-h100-ndr", "--json", "-"]
+    base = ["verify", "-i", str(w / "unreachable.yml"), "-l", "h3", "--profile", "hgx-h100-ndr",
+            "--json", "-"]
     _rc, out, _ = _run(base, capsys)
     data = json.loads(out)
     assert (data["observed_from"], data["generated_at"]) == ("2026-12-06T10:00:00Z", "2026-12-06T10:00:00Z")
