@@ -20,8 +20,9 @@ STREAMS: dict[str, list[str]] = {
     # host faults, the installed package, monitoring and drift, on gpu03 and gpu04
     "gpu03-gpu04": ["test_host_faults.py", "test_install_like_a_user.py", "test_monitor.py",
                     "test_site_drift.py"],
-    # MLNX_OFED, DOCA-Host and NIC firmware on gpu02; the IPoIB, NCCL and RoCE host roles on gpu01
-    "gpu01-gpu02": ["test_doca_firmware.py", "test_mlnx_ofed.py", "test_roles_ipoib.py",
+    # MLNX_OFED, DOCA-Host and NIC firmware on gpu02; the IPoIB, NCCL and RoCE host roles on gpu01;
+    # the lab's Slurm through slurmctl (drains and resumes gpu02 in Slurm only: no host state)
+    "gpu01-gpu02": ["test_doca_firmware.py", "test_lab_slurm.py", "test_mlnx_ofed.py", "test_roles_ipoib.py",
                     "test_roles_nccl.py", "test_roles_roce_host.py"],
     # the roce_switch role on leaf-onyx and leaf-cumulus (no host)
     "leaves": ["test_roce_switch.py"],

@@ -81,7 +81,7 @@ def cmd_up(args) -> int:
     if t:
         print(
             f"\nup in {t['total_s']} s (image {t['image_s']} s, hosts {t.get('hosts_s')} s, "
-            f"switches/repository {t.get('services_s')} s)"
+            f"switches/repository {t.get('services_s')} s, slurm {t.get('slurm_s')} s)"
         )
     return 0
 
@@ -113,10 +113,14 @@ def cmd_ssh(args) -> int:
     lab = paths.load_lab()
     topo = lab["topology"]
     host = next((h for h in topo["hosts"] if h["name"] == args.name), None)
+    ctl = (lab.get("slurm") or {}).get("controller")
+    if host is None and ctl and ctl["name"] == args.name:
+        host = ctl  # the Slurm head node (fabricops.lab.slurm): a lab server like the hosts
     if host is None:
         sw = next((s for s in topo["switches"] if s["name"] == args.name), None)
         if sw is None:
             names = [h["name"] for h in topo["hosts"]] + [s["name"] for s in topo["switches"]]
+            names += [ctl["name"]] if ctl else []
             raise FabricopsError(f"{args.name!r} is not in the lab (try one of: {', '.join(names)})")
         info = (lab.get("switches") or {}).get(sw["name"])
         if not info:

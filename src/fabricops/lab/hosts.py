@@ -160,6 +160,9 @@ def etc_hosts(topo: dict[str, Any], name: str | None) -> str:
     lines += ["::1\tlocalhost ip6-localhost ip6-loopback", "", "# fabricops lab management network"]
     lines.append("198.51.100.1\tcontroller")
     lines += [f"{h['mgmt_ip']}\t{h['name']}" for h in topo["hosts"]]
+    from fabricops.lab import slurm  # the Slurm head node, by name as a site's DNS has it
+
+    lines.append(f"{slurm.CONTROLLER_IP}\t{slurm.CONTROLLER}")
     lines += [f"{s['mgmt_ip']}\t{s['name']}" for s in topo["switches"]]
     return "\n".join(lines) + "\n"
 
@@ -316,15 +319,16 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
     ]
 
 
-def start_host(host: dict[str, Any]) -> int:
-    """Start the host's nspawn in its own process group, logging to the host dir; returns its pid."""
+def start_host(host: dict[str, Any], argv: list[str] | None = None) -> int:
+    """Start the host's nspawn (ARGV, default :func:`nspawn_argv`) in its own process group, logging
+    to the host dir; returns its pid."""
     hd = paths.host_dir(host["name"])
     # the flow ledger bind needs its source (a lab made before the ledger existed, restarted host)
     (paths.fabric_dir() / "flows").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network", SYSTEMD_COLORS="0")
     with open(hd / "console.log", "ab") as log_f:
         proc = subprocess.Popen(
-            nspawn_argv(host),
+            argv or nspawn_argv(host),
             stdin=subprocess.DEVNULL,
             stdout=log_f,
             stderr=subprocess.STDOUT,
@@ -458,10 +462,16 @@ def leader_of(name: str, lab: dict[str, Any] | None = None) -> int:
 
 
 def host_exec(
-    name: str, argv: list[str], input: str | None = None, check: bool = True, timeout: float = 60
+    name: str,
+    argv: list[str],
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 60,
+    leader: int | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ARGV inside a lab host (all of its namespaces, its root, a login-like environment)."""
-    leader = leader_of(name)
+    """Run ARGV inside a lab host (all of its namespaces, its root, a login-like environment); LEADER
+    is the container's PID 1 when it is not a host of lab.json (the Slurm controller)."""
+    leader = leader or leader_of(name)
     cmd = [
         "nsenter",
         "-t",

@@ -274,4 +274,11 @@ def customise(root: Path, recipe: dict[str, Any]) -> None:
     if not (link.is_symlink() and os.readlink(link) == "/lib/systemd/system/ssh.service"):
         _link(root, wants, "/lib/systemd/system/ssh.service")
     _in_root(root, "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Slurm (docs/lab.md, "Slurm"): no MUNGE key in the image (munge's postinst made one with
+    # `mungekey -c`; the lab writes one key per lab into every container before boot), and neither
+    # Slurm daemon enabled (their postinsts enable both): the lab enables slurmd on the GPU hosts
+    # and slurmctld on its controller container (fabricops.lab.slurm).
+    _in_root(root, "etc/munge/munge.key").unlink(missing_ok=True)
+    for unit in ("slurmd.service", "slurmctld.service"):
+        _in_root(root, f"etc/systemd/system/multi-user.target.wants/{unit}").unlink(missing_ok=True)
     subprocess.run(["chroot", str(root), "apt-get", "clean"], check=False, capture_output=True)

@@ -83,22 +83,23 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
             entry["ansible_password"] = "{{ lookup('ansible.builtin.file', '" + pw_file + "') }}"
         entry.update({"roce_switch_api_ca": info["api_ca"]} if info.get("api_ca") else {})  # NVUE REST API
         groups[f"{sw['os']}_switches"][sw["name"]] = entry
+    host_vars = {
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(paths.ssh_dir() / "id_ed25519"),
+        "ansible_ssh_common_args": ssh_common_args(),
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
     switch_vars = {
         "ansible_connection": "local",
         "ansible_python_interpreter": "{{ ansible_playbook_python }}",
         "fabricops_ssh_known_hosts": str(paths.ssh_dir() / "known_hosts"),
     }
-    return {
+    out: dict[str, Any] = {
         "all": {
             "children": {
                 "gpu_hosts": {
                     "hosts": gpu_hosts,
-                    "vars": {
-                        "ansible_user": "root",
-                        "ansible_ssh_private_key_file": str(paths.ssh_dir() / "id_ed25519"),
-                        "ansible_ssh_common_args": ssh_common_args(),
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                    },
+                    "vars": host_vars,
                 },
                 "switches": {
                     "children": {
@@ -111,6 +112,15 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
             }
         }
     }
+    ctl = (lab.get("slurm") or {}).get("controller")
+    if ctl:
+        # the Slurm head node (fabricops.lab.slurm), reached as a site reaches its own: SSH, then
+        # scontrol / sinfo; in no group the roles, drift or verify target
+        out["all"]["children"]["slurm_controller"] = {
+            "hosts": {ctl["name"]: {"ansible_host": ctl["mgmt_ip"]}},
+            "vars": dict(host_vars),
+        }
+    return out
 
 
 def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hardware, hosts, image, inventory, network, paths, preflight, topology
+from fabricops.lab import hardware, hosts, image, inventory, network, paths, preflight, slurm, topology
 
 log = logging.getLogger("fabricops.lab")
 
@@ -156,7 +156,8 @@ def create(topo: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
         )
         raise
     write_inventory(lab, inv_dir)
-    forget_cached_facts([h["name"] for h in topo["hosts"]] + [sw["name"] for sw in topo.get("switches", [])])
+    names = [h["name"] for h in topo["hosts"]] + [sw["name"] for sw in topo.get("switches", [])]
+    forget_cached_facts([*names, slurm.CONTROLLER])
     timings["total_s"] = round(time.monotonic() - t0, 2)
     lab["timings"] = timings
     paths.save_lab(lab)
@@ -193,6 +194,8 @@ def write_known_hosts(lab: dict[str, Any]) -> None:
         pub = _switch_pubkey(name, info)
         if pub:
             keys[name] = ((info.get("mgmt_ip") or ""), int(info.get("port") or 22), pub)
+    # the Slurm head node (fabricops.lab.slurm), by name and address like a host
+    keys[slurm.CONTROLLER] = (slurm.CONTROLLER_IP, 22, hosts.ensure_host_key(slurm.CONTROLLER))
     lines = inventory.known_hosts_lines(lab["topology"], keys)
     target = paths.ssh_dir() / "known_hosts"
     target.write_text("\n".join(lines) + "\n")
@@ -218,6 +221,7 @@ def _start_host(
     info = hosts.prepare_host(topo, host, lower, pubkey)
     if saved is not None:
         hw_file.write_text(saved)
+    slurm.install(paths.host_dir(host["name"]) / "root", "slurmd")  # MUNGE key, slurmd enabled
     network.create_host_netns(topo, host, info["hardware"])
     nspawn = hosts.start_host(host)
     leader = hosts.find_leader(nspawn)
@@ -235,25 +239,33 @@ def _bring_up(lab: dict[str, Any], topo: dict[str, Any], lower: Path, timings: d
     key = hosts.ensure_lab_key()
     pubkey = key.with_suffix(".pub").read_text()
     hosts.ensure_rack_key()  # once, before the hosts are prepared in parallel (in-rack SSH)
+    slurm.ensure_munge_key()  # once, for the same reason (every container gets this one key)
     _write_fabric(topo)
     network.ensure_mgmt_bridge()
     network.ensure_fabric(topo["switches"], topo.get("links"))
     write_known_hosts(lab)
     t1 = time.monotonic()
-    results = _pmap_settled(lambda h: _start_host(topo, h, lower, pubkey), topo["hosts"])
+    with ThreadPoolExecutor(max_workers=1) as one:  # the Slurm head node boots beside the hosts
+        head = one.submit(slurm.start_controller, topo, lower, pubkey)
+        results = _pmap_settled(lambda h: _start_host(topo, h, lower, pubkey), topo["hosts"])
     for h, (res, _err) in zip(topo["hosts"], results, strict=True):
         if res:
             lab["hosts"][h["name"]] = res
     paths.save_lab(lab)
+    lab["slurm"] = {"controller": head.result()}
+    paths.save_lab(lab)
     errors = [f"{h['name']}: {err}" for h, (_r, err) in zip(topo["hosts"], results, strict=True) if err]
     if errors:
         raise FabricopsError("hosts did not start: " + "; ".join(errors))
-    _pmap(lambda h: hosts.wait_ssh(h), topo["hosts"])
+    _pmap(lambda h: hosts.wait_ssh(h), [*topo["hosts"], slurm.controller_host()])
     timings["hosts_s"] = round(time.monotonic() - t1, 2)
     _sync_hardware(lab, topo["hosts"])
     t2 = time.monotonic()
     _start_services(lab)
     timings["services_s"] = round(time.monotonic() - t2, 2)
+    t3 = time.monotonic()
+    slurm.start(lab, fresh=True)  # slurmctld, slurmd everywhere, every node idle (or one sentence)
+    timings["slurm_s"] = round(time.monotonic() - t3, 2)
 
 
 def _sync_hardware(lab: dict[str, Any], host_list: list[dict[str, Any]]) -> None:
@@ -315,10 +327,11 @@ def reconcile(lab: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
     network.ensure_mgmt_bridge()
     network.ensure_fabric(topo["switches"], topo.get("links"))
     down_hosts = [h for h in topo["hosts"] if not host_is_up(lab, h)]
+    pubkey = (paths.ssh_dir() / "id_ed25519.pub").read_text()
     if down_hosts:
         lower = image.ensure_image()
-        pubkey = (paths.ssh_dir() / "id_ed25519.pub").read_text()
         hosts.ensure_rack_key()
+        slurm.ensure_munge_key()
 
         def restart(h):
             hosts.stop_host(h["name"], hosts.nspawn_pid_of(h["name"]))
@@ -331,6 +344,8 @@ def reconcile(lab: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
         paths.save_lab(lab)
         _pmap(lambda h: hosts.wait_ssh(h), down_hosts)
         _sync_hardware(lab, down_hosts)
+    changed += slurm.reconcile(lab, image.ensure_image, pubkey)
+    paths.save_lab(lab)
     switches = _service("switches")
     running = lab.get("switches") or {}
     dead = [n for n, i in running.items() if i.get("pid") and not hosts.alive(i["pid"])]
@@ -396,6 +411,7 @@ def down() -> list[str]:
     _pmap(lambda n: hosts.stop_host(n, hosts.nspawn_pid_of(n)), names_l)
     if names_l:
         done.append(f"{len(names_l)} hosts")
+    slurm.remove()  # the head node's netns and veth (its container stopped with the hosts above)
     network.teardown(topo)
     for p in (
         Path("/run/systemd/nspawn/propagate").glob("fo-*")
@@ -405,7 +421,7 @@ def down() -> list[str]:
         shutil.rmtree(p, ignore_errors=True)
     if lab and lab.get("inventory_dir"):
         inventory.remove(Path(lab["inventory_dir"]))
-    for rel in ("hosts", "fabric", "ssh", "switches", "lab.json", "lab.tmp", "faults.json"):
+    for rel in ("hosts", "fabric", "ssh", "switches", "slurm", "lab.json", "lab.tmp", "faults.json"):
         p = paths.STATE_DIR / rel
         if p.is_dir():
             still = [m for m in _mounts_under(p)]
@@ -439,6 +455,11 @@ def status() -> dict[str, Any]:
         "hosts": {},
         "switches": {},
         "repo": lab.get("repo") or {},
+        "slurm": {
+            "controller": slurm.CONTROLLER,
+            "state": "up" if lab.get("slurm") and slurm.controller_is_up() else "down",
+            "mgmt_ip": slurm.CONTROLLER_IP,
+        },
     }
 
     def one(h):
@@ -489,6 +510,9 @@ def format_status(st: dict[str, Any]) -> str:
     lines += ["", f"{'SWITCH':<14} {'STATE':<13} {'OS':<8} {'MGMT':<15} MODEL"]
     for name, s in st["switches"].items():
         lines.append(f"{name:<14} {s['state']:<13} {s['os']:<8} {s['mgmt_ip']:<15} {s['model']}")
+    if st.get("slurm"):
+        s = st["slurm"]
+        lines += ["", f"Slurm head node: {s['controller']} {s['state']} {s['mgmt_ip']} (slurmctld)"]
     if st.get("repo", {}).get("url"):
         lines += ["", f"MLNX_OFED repository: {st['repo']['url']}"]
     return "\n".join(lines)
