@@ -180,6 +180,26 @@ def _path_with_venv() -> None:
         os.environ["PATH"] = os.pathsep.join([bindir, *parts])
 
 
+def select_hosts(get_hosts: Callable[[str], list[str]], limit: str) -> list[str]:
+    """The hosts ``limit`` names, as ansible-playbook ``--limit`` reads it: patterns separated by
+    ``,`` or ``:`` (``gpu01,gpu02``, ``gpu_hosts:!gpu03``), ``!P`` removes P's hosts, ``&P`` keeps
+    only hosts also in P; each pattern a host, a group or a glob (testinfra's ``get_hosts`` reads one
+    pattern). In the inventory's order."""
+    include: list[str] = []
+    exclude: set[str] = set()
+    narrow: list[set[str]] = []
+    for part in (p.strip() for p in re.split(r"[,:]", limit)):
+        if not part:
+            continue
+        if part.startswith("!"):
+            exclude.update(get_hosts(part[1:]))
+        elif part.startswith("&"):
+            narrow.append(set(get_hosts(part[1:])))
+        else:
+            include.extend(h for h in get_hosts(part) if h not in include)
+    return [h for h in include if h not in exclude and all(h in n for n in narrow)]
+
+
 class Fabric:
     """The hosts of an inventory, their variables, and ``run(host, command, timeout)``."""
 
@@ -192,7 +212,7 @@ class Fabric:
         self.inventory = inventory
         self.runner = AnsibleRunner(inventory)
         try:
-            self.hosts = self.runner.get_hosts(limit)
+            self.hosts = select_hosts(self.runner.get_hosts, limit)
         except Exception as exc:
             raise TransportError(
                 f"cannot read the inventory {inventory or '(ansible.cfg default)'}: {exc}"

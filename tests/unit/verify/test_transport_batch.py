@@ -272,3 +272,22 @@ def test_a_mapping_too_big_for_one_argument_is_split_in_order(monkeypatch):
     assert 2 <= len(fake.commands) <= 4
     assert list(got) == list(cmds)
     assert [got[k]["stdout"].split()[0] for k in cmds] == [str(i) for i in range(12)]
+
+
+def test_limit_is_read_as_ansible_playbook_reads_it():
+    """`fabricops verify --limit gpu01,gpu02` matched nothing: testinfra's get_hosts reads one pattern."""
+    from fabricops.verify.transport import select_hosts
+
+    inv = {"gpu_hosts": ["gpu01", "gpu02", "gpu03", "gpu04"], "rail0": ["gpu01", "gpu03"]}
+
+    def get_hosts(p):
+        if p in inv:
+            return list(inv[p])
+        return [h for h in inv["gpu_hosts"] if h == p]
+
+    assert select_hosts(get_hosts, "gpu01,gpu02") == ["gpu01", "gpu02"]
+    assert select_hosts(get_hosts, "gpu02:gpu01:gpu02") == ["gpu02", "gpu01"]
+    assert select_hosts(get_hosts, "gpu_hosts:!gpu03") == ["gpu01", "gpu02", "gpu04"]
+    assert select_hosts(get_hosts, "gpu_hosts,&rail0") == ["gpu01", "gpu03"]
+    assert select_hosts(get_hosts, "gpu_hosts") == inv["gpu_hosts"]
+    assert select_hosts(get_hosts, "nosuch") == []
