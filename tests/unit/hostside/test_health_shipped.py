@@ -68,6 +68,7 @@ def _env() -> jinja2.Environment:
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     env.filters["to_nice_json"] = lambda v, indent=4: json.dumps(v, indent=indent, sort_keys=True)
     env.filters["bool"] = bool
+    env.filters["to_json"] = json.dumps  # ansible's to_json: json.dumps
     return env
 
 
