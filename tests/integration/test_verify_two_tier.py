@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from integration.conftest import rebuild_lab
 
+from fabricops.verify.rounds import ROCE_FOLLOWUP_ROUNDS
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,8 +112,14 @@ def test_healthy_two_tier_covers_every_cable_in_few_rounds(two_tier, tmp_path):
     ports = [r for r in data["results"] if r["check"] == "switch_port"]
     assert len(ports) == HOSTS + 8 and all(r["status"] == "pass" for r in ports), text
     assert all(r["measured"] == r["threshold"] == 400 for r in ports), text
-    assert p["rounds"] < HOSTS - 1, text  # the circle method needs N-1 = 7 rounds
-    assert p["rounds"] <= 3 * p["lower_bound"], text
+    # the schedule is within 3x the lower bound; RoCE may add follow-up rounds where the ECMP hash of
+    # random QP numbers sent no flow over an ISL -- a bounded number, counted and named apart
+    scheduled = p["rounds"] - p["followup_rounds"]
+    assert scheduled < HOSTS - 1, text  # the circle method needs N-1 = 7 rounds
+    assert scheduled <= 3 * p["lower_bound"], text
+    assert all(f["rounds"] <= 3 * f["lower_bound"] for f in p["fabrics"]), text
+    assert 0 <= p["followup_rounds"] <= ROCE_FOLLOWUP_ROUNDS, text
+    assert ("RoCE follow-up" in text) == bool(p["followup_rounds"]), text
     assert f"lower bound {p['lower_bound']}" in text
     # the negative controls ran on every bandwidth test and found the traffic where it was reported
     bw = [r for r in data["results"] if r["check"] == "ib_write_bw"]

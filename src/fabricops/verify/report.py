@@ -202,6 +202,7 @@ def _coverage_data(pr: Any) -> dict[str, Any]:
     return {
         "mode": "coverage",
         "lower_bound": pr.lower_bound,
+        "followup_rounds": pr.followup_rounds,
         "links_covered": pr.links_covered,
         "links_total": pr.links_total,
         "isolation_rounds": pr.isolation_rounds,
@@ -338,7 +339,9 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
     if pr is not None and getattr(pr, "mode", "") == "coverage":
         out += [
             "",
-            f"COVERAGE ({pr.rounds} rounds, lower bound {pr.lower_bound}; links covered "
+            f"COVERAGE ({pr.rounds} rounds"
+            + (f" ({pr.followup_rounds} RoCE follow-up)" if pr.followup_rounds else "")
+            + f", lower bound {pr.lower_bound}; links covered "
             f"{pr.links_covered}/{pr.links_total}; {pr.isolation_rounds} isolation rounds; "
             f"{pr.wall_s:.1f} s; {pr.reruns} re-run alone)",
         ]

@@ -57,6 +57,7 @@ class CoverageRun(pairs.PairRun):
 
     mode: str = "coverage"
     lower_bound: int = 0
+    followup_rounds: int = 0  # RoCE rounds added for ISLs the ECMP hash did not cross (of ``rounds``)
     links_total: int = 0
     links_covered: int = 0
     isolation_rounds: int = 0
@@ -339,6 +340,7 @@ def run_coverage(
             if not extra:
                 break
             cr.rounds += 1
+            cr.followup_rounds += 1
             do_round(f"follow-up round {k + 1} (ISLs not seen on switch counters)", extra)
     if rerun:
         t0 = time.monotonic()

@@ -382,3 +382,40 @@ def test_coverage_pair_results_carry_each_hosts_leaf_for_the_isl_explanation():
     explain_roce([cross], [rail], [], reader)
     assert {sw for sw, _ports in reader.reads} >= {a, b, "spine1", "spine2"}
     assert f"spine1 swp{a[-1]} (inter-switch link to {a} swp31): PFC off on priority 3" in cross.cause
+
+
+def test_roce_followup_rounds_are_counted_apart_from_the_schedule():
+    """An ECMP hash that sent every flow of the scheduled rounds up one uplink leaves the other ISLs
+    unseen: follow-up rounds cover them, and the report counts them apart from the schedule (whose
+    length is the algorithm's, bounded by the lower bound; the follow-ups are the hash's luck)."""
+    from fabricops.model.profiles import load_profile
+    from fabricops.verify import report, rounds
+
+    _hosts, cab, links, rail, rng = _roce()
+    plans, _why = rounds.plan_fabrics([rail], cab, links, {})
+    scheduled = len(plans[0].rounds)
+
+    class Stuck(type(rng)):
+        stuck = True
+
+        def randrange(self, n):
+            return 0 if self.stuck else super().randrange(n)
+
+    hashed = Stuck(7)
+    fake = RoceFabric(plans[0].fabric, hashed)
+    reads = []
+
+    def counters(fabric, links):
+        reads.append(1)
+        if len(reads) > scheduled:  # read after the last scheduled round: the hash spreads again
+            hashed.stuck = False
+        return fake.counters(fabric, links)
+
+    opts = {"bw_size": 8388608, "bw_qps": 1, "lat_size": 2, "base_port": 18515, "timeout_s": 60,
+            "connect_retries": 5, "server_start_s": 0}
+    cr = rounds.run_coverage(fake.run, plans, load_profile("hgx-h100-ndr"), opts, counters=counters)
+    assert cr.links_covered == cr.links_total == 2 * (8 + 8)
+    assert 1 <= cr.followup_rounds <= rounds.ROCE_FOLLOWUP_ROUNDS
+    assert cr.rounds == scheduled + cr.followup_rounds
+    data = report._coverage_data(cr)
+    assert data["followup_rounds"] == cr.followup_rounds
