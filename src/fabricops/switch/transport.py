@@ -108,12 +108,35 @@ def open_session(access: SwitchAccess) -> Any:
     try:
         if access.proxy_command:
             sock = paramiko.ProxyCommand(access.proxy_command)
-        return ConnectHandler(**access.netmiko_params(), sock=sock)
+        conn = ConnectHandler(**access.netmiko_params(), sock=sock)
     except Exception as exc:
         if sock is not None:
             with contextlib.suppress(Exception):
                 sock.close()
         raise SwitchError(_connect_failure(access, exc)) from None
+    return known_prompt(conn)
+
+
+def known_prompt(conn: Any) -> Any:
+    """``conn`` whose ``send_command`` waits for the prompt the session learned at login, instead of
+    asking the switch for it again before every command.
+
+    netmiko's ``send_command`` calls ``find_prompt()`` first by default (``auto_find_prompt``): a
+    newline, a fixed 0.25 s sleep and a read, on every show command -- half a second per command on
+    the lab's switches, most of a verify run's switch time. The prompt is set once by the driver's
+    ``session_preparation`` (``set_base_prompt``) and matches the switch's every mode (Onyx
+    ``name [standalone: master] >`` and ``#``, ``(config) #``; Cumulus ``user@name:~$``), so the
+    command's output ends where the same prompt pattern appears. A caller that passes
+    ``auto_find_prompt`` or ``expect_string`` (a confirmation prompt) keeps its choice."""
+    send = conn.send_command
+
+    def send_command(command_string: str, *args: Any, **kwargs: Any) -> Any:
+        if not args and "expect_string" not in kwargs:
+            kwargs.setdefault("auto_find_prompt", False)
+        return send(command_string, *args, **kwargs)
+
+    conn.send_command = send_command
+    return conn
 
 
 def _connect_failure(access: SwitchAccess, exc: BaseException) -> str:

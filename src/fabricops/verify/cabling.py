@@ -466,6 +466,9 @@ def switch_lldp_reader(
     hostvars = getattr(switch_reader, "hostvars", None)
     if hostvars is None:
         return None
+    kept = getattr(switch_reader, "lldp", None)
+    if callable(kept):  # a SwitchReader: through its sessions (one per switch for a verify run)
+        return kept
     connector = getattr(switch_reader, "connector", None)
 
     def read(switch: str, ports: Sequence[str]) -> dict[str, Any]:
@@ -564,23 +567,20 @@ def phase(
             )
         ]
     names = Names(everything)
-    observations: list[Observed] = []
+    # every source at once (each waits on its own host or switch session); results in plan order
+    jobs: list[Callable[[list[CheckResult]], Observed | None]] = []
     for fabric in ib_fabrics(cables):
-        obs = _read_ib(run, fabric, names, hosts, timeout, out)
-        if obs is not None:
-            observations.append(obs)
+        jobs.append(lambda o, f=fabric: _read_ib(run, f, names, hosts, timeout, o))
     eth_hosts = sorted({c.a.node for c in cables if c.kind == "host" and c.layer == "Ethernet"})
     for host in eth_hosts:
-        obs = _read_lldpctl(run, host, cables, names, timeout, out)
-        if obs is not None:
-            observations.append(obs)
+        jobs.append(lambda o, h=host: _read_lldpctl(run, h, cables, names, timeout, o))
     reader = switch_lldp or switch_lldp_reader(switch_reader)
     if reader is not None:
         eth = [c for c in cables if c.layer == "Ethernet"]
+        named = _named(reader, names)
         for switch in sorted({e.node for c in eth for e in (c.a, c.b) if not e.is_host}):
-            raw = _read_switch(_named(reader, names), switch, eth, names, out)
-            if raw is not None:
-                observations.append(raw)
+            jobs.append(lambda o, sw=switch: _read_switch(named, sw, eth, names, o))
+    observations = _gather(jobs, out)
     results = compare(cables, observations, everything)
     checked = [r for r in results if r.details.get("planned")]
     if not checked:
@@ -593,6 +593,27 @@ def phase(
             )
         )
     return out + results
+
+
+def _gather(jobs: Sequence[Callable[[list[CheckResult]], Observed | None]], out: list[CheckResult],
+            workers: int = 16) -> list[Observed]:
+    """Run the readers side by side; their errors into ``out`` and their observations back, both in
+    the order of ``jobs`` (a report does not depend on which session answered first)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(job: Callable[[list[CheckResult]], Observed | None]) -> tuple[list[CheckResult], Observed | None]:
+        mine: list[CheckResult] = []
+        return mine, job(mine)
+
+    observations: list[Observed] = []
+    if not jobs:
+        return observations
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
+        for errors, obs in pool.map(one, jobs):
+            out.extend(errors)
+            if obs is not None:
+                observations.append(obs)
+    return observations
 
 
 def _named(reader: SwitchLldpFn, names: Names) -> SwitchLldpFn:

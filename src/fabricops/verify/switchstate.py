@@ -309,6 +309,18 @@ class SwitchReader:
                 out.missing.append(p)
         return out
 
+    def lldp(self, switch: str, ports: Sequence[str]) -> dict[str, Any]:
+        """``ports``' LLDP neighbours as the switch reports them (show commands only:
+        :func:`fabricops.verify.cabling.read_lldp`), in the switch's kept session when sessions are
+        kept (the cabling phase reads the switches the switch-port phase and the pair rounds read)."""
+        from fabricops.switch.model import normalize_ports
+        from fabricops.verify.cabling import read_lldp
+
+        def read(conn: Any, os_name: str, _hv: Mapping[str, Any]) -> dict[str, Any]:
+            return read_lldp(conn, os_name, ports, normalize_ports)
+
+        return self._in_session(switch, read)
+
     # ----------------------------------------------------------------------- sessions
 
     def keep_sessions(self) -> SwitchSessions:
