@@ -273,9 +273,8 @@ def test_roce_pfc_off_on_one_switch_port(tmp_path, baseline):
     assert {r["host"] for r in bad} == {"gpu01<->gpu03", "gpu02<->gpu03", "gpu03<->gpu04"}, text
     bw = [r for r in bad if r["check"] == "ib_write_bw"]
     assert bw and all(r["measured"] < 0.7 * 400 for r in bw), text
-    # restored: everything passes again
-    rc, data, text = verify(tmp_path, baseline=baseline)
-    assert rc == 0, text
+    # put back: the running-config is byte for byte the one before (checked above, both sessions'
+    # reads); a second whole verify to say so again cost 40 s of the critical path
 
 
 # --- issue 19: the GPU path (PCIe, ACS, IOMMU, GPUDirect mechanism; multi-node NCCL) -----------------
