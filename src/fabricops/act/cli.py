@@ -1,13 +1,16 @@
 """``fabricops act``: drain, resume and quarantine from a verify report, within safety rails.
 
-Dry run by default: prints each action it would take, one line each, with its evidence; nothing
-changes. ``--execute`` acts: ``scontrol update`` on the Slurm controller (the inventory's
-``slurm_controller`` host over SSH, or this machine with ``--slurm-local``). Port quarantines are
-named and logged, not performed (docs/act.md).
+Dry run by default: prints each action it would take, one line each, with its evidence (for a port
+quarantine, the exact switch commands, after reading the port's state); nothing changes.
+``--execute`` acts: ``scontrol update`` on the Slurm controller (the inventory's ``slurm_controller``
+host over SSH, or this machine with ``--slurm-local``), and a port quarantine shuts the switch port
+through the switch platforms (:mod:`fabricops.act.quarantine`; Onyx and Cumulus switches of the
+inventory).
 
 Exit status: 0 nothing to do, or every action done (dry run: none would be refused); 1 an action
-needed was refused by a rail (a rail cap or a partition's fraction refuses the whole run), or failed,
-or (with --execute) a port quarantine remains to be done by hand; 4 could not run (a stale report or
+needed was refused by a rail (a rail cap or a partition's fraction refuses the whole run), or failed
+(a switch not reachable, a command refused), or (with --execute) a port quarantine act cannot
+perform remains to be done by hand (an InfiniBand switch); 4 could not run (a stale report or
 one with no verdict, Slurm not reachable, no controller, an action log that cannot be read); 5
 invalid input (a report that is not JSON, an action table with an unknown check or action, a Slurm
 node name that is not one); 2 usage error.
@@ -24,6 +27,7 @@ from typing import Any
 
 from fabricops import cliopts
 from fabricops.act import plan as pl
+from fabricops.act.quarantine import Quarantine, SwitchPorts
 from fabricops.act.slurm import Runner, Slurm, local_runner, ssh_runner
 from fabricops.act.state import EXECUTED, ActionLog, state_dir
 from fabricops.act.table import DRAIN, MONITOR, QUARANTINE, load_table
@@ -43,22 +47,22 @@ def register(subparsers) -> None:
     d = DEFAULTS
     p = subparsers.add_parser(
         "act",
-        help="drain / resume Slurm nodes and name ports to quarantine from a verify report "
+        help="drain / resume Slurm nodes and quarantine switch ports from a verify report "
         "(dry run by default)",
         description="Map each failing result of a verify --json report through the action table to an "
         "action: drain the host's node in Slurm (reason 'fabricops: <check> <component>'), quarantine a "
-        "switch port or cable (named, not performed; its hosts stay in service unless it is their only "
-        "path), or monitor. Resumes only nodes fabricops drained whose hosts a newer report passes; never "
-        "touches a node drained or down for another reason. Dry run unless --execute. Exit 0 nothing to "
-        "do or all done; 1 refused by a rail or failed; 4 could not run (stale report, Slurm not "
-        "reachable, no controller); 5 invalid input; 2 usage error (docs/act.md).",
+        "switch port or cable (shut it on its Onyx or Cumulus switch; its hosts stay in service unless it "
+        "is their only path), or monitor. Resumes only nodes fabricops drained whose hosts a newer "
+        "report passes; never touches a node drained or down for another reason. Dry run unless "
+        "--execute. Exit 0 nothing to do or all done; 1 refused by a rail or failed; 4 could not run "
+        "(stale report, Slurm not reachable, no controller); 5 invalid input; 2 usage error (docs/act.md).",
     )
     p.add_argument("report", metavar="REPORT", help="a fabricops verify --json report")
     p.add_argument(
         "-i",
         "--inventory",
         help="Ansible inventory (default: ansible.cfg's): the slurm_controller "
-        "group and slurm_node_name host variables",
+        "group, slurm_node_name host variables, and the switches (access, fabricops_cabling)",
     )
     p.add_argument(
         "--actions", metavar="FILE", help="an action table (YAML) tried before the shipped one (docs/act.md)"
@@ -95,7 +99,20 @@ def register(subparsers) -> None:
         metavar="DURATION",
         help="no drain or resume of a node fabricops acted on this recently (default 30m)",
     )
-    p.add_argument("--allow", metavar="REGEX", help="only nodes whose whole name matches (default: all)")
+    p.add_argument(
+        "--max-quarantine-per-run",
+        type=int,
+        default=d.max_ports_per_run,
+        metavar="N",
+        help=f"switch ports shut by one run at most; a port already down does not count "
+        f"(default {d.max_ports_per_run})",
+    )
+    p.add_argument(
+        "--allow",
+        metavar="REGEX",
+        help="only nodes whose whole name matches, and only ports whose hosts' nodes all match "
+        "(no inter-switch cable) (default: all)",
+    )
     p.add_argument(
         "--max-partition-fraction",
         type=float,
@@ -129,6 +146,7 @@ def rails_from(args: Any) -> pl.Rails:
         ("--max-drain-per-run", args.max_drain_per_run),
         ("--max-drain-per-hour", args.max_drain_per_hour),
         ("--max-rail-hosts", args.max_rail_hosts),
+        ("--max-quarantine-per-run", args.max_quarantine_per_run),
     ):
         if value < 0:
             raise UsageError(f"{flag} {value}: give 0 or more")
@@ -148,6 +166,7 @@ def rails_from(args: Any) -> pl.Rails:
         args.allow,
         args.max_partition_fraction,
         args.max_rail_hosts,
+        args.max_quarantine_per_run,
     )
 
 
@@ -190,6 +209,21 @@ def inventory_access(args: Any) -> tuple[Callable[[str], str], Runner, str]:
     return node_of, ssh_runner(fabric.run, controllers[0]), f"the controller {controllers[0]}"
 
 
+def switch_access(args: Any) -> SwitchPorts:
+    """The inventory's switches for port quarantines: their variables, read when a quarantine first
+    needs one (a run without quarantines reads no switch)."""
+    fabrics: list[Any] = []
+
+    def hostvars(name: str) -> dict[str, Any]:
+        if not fabrics:
+            from fabricops.verify.transport import Fabric
+
+            fabrics.append(Fabric(args.inventory, "all"))
+        return fabrics[0].inventory_vars(name)
+
+    return SwitchPorts(hostvars)
+
+
 def cmd_act(args: Any) -> int:
     now = _now()
     rails = rails_from(args)
@@ -211,6 +245,7 @@ def cmd_act(args: Any) -> int:
         execute=args.execute,
         quiet=args.quiet,
         json_dest=args.json,
+        switches=switch_access(args),
     )
 
 
@@ -227,28 +262,41 @@ def act(
     quiet: bool = False,
     json_dest: str | None = None,
     out=None,
+    switches: SwitchPorts | None = None,
 ) -> int:
-    """Plan, act when ``execute``, log every action, print one line per action; the exit status."""
+    """Plan, act when ``execute``, log every action, print one line per action; the exit status.
+
+    ``switches``: the inventory's switches, for port quarantines (None: no switch access; a quarantine
+    is named only, and with ``execute`` left to be done by hand)."""
     out = out or sys.stdout
     records = log.records()
     nodes = slurm.nodes()
     p = pl.plan(verdict, table, nodes, node_of, records, now, rails)
     p.executed = execute
     mode = "executed" if execute else "dry-run"
+    ports = Quarantine(switches, rails, nodes, node_of, execute=execute) if switches is not None else None
     entries = []
     for a in p.actions:
         if a.kind not in (DRAIN, pl.RESUME, QUARANTINE) or a.status == pl.SKIPPED:
             continue
-        if execute and a.status == pl.PLANNED:
-            if a.kind == QUARANTINE:
+        if a.kind == QUARANTINE and a.status == pl.PLANNED:
+            # after the drains (the plan's order): a host whose only path this is is out of service first
+            if ports is not None:
+                ports.run(a, p)
+            elif execute:
                 a.status = pl.NOT_AUTOMATED
-            else:
-                ok, why = slurm.update(list(a.argv or []))
-                a.status, a.why = (pl.DONE, a.why) if ok else (pl.FAILED, pl._join(a.why, f"scontrol: {why}"))
+                a.why = pl._join(a.why, "no switch access given: quarantine it on the switch by hand")
+            if a.status == pl.SKIPPED:
+                continue
+        if execute and a.status == pl.PLANNED and a.kind != QUARANTINE:
+            ok, why = slurm.update(list(a.argv or []))
+            a.status, a.why = (pl.DONE, a.why) if ok else (pl.FAILED, pl._join(a.why, f"scontrol: {why}"))
+        if execute and a.status in (pl.DONE, pl.FAILED, pl.NOT_AUTOMATED):
             log_mode = {pl.DONE: EXECUTED, pl.FAILED: "failed", pl.NOT_AUTOMATED: "not-automated"}[a.status]
             log.append([_entry(a, verdict, log_mode, now)])
             continue
-        entries.append(_entry(a, verdict, "refused" if a.status == pl.REFUSED else mode, now))
+        modes = {pl.REFUSED: "refused", pl.FAILED: "failed", pl.NOT_AUTOMATED: "not-automated"}
+        entries.append(_entry(a, verdict, modes.get(a.status, mode), now))
     log.append(entries)
     status = p.exit_status
     if not quiet and json_dest != cliopts.STDOUT:
@@ -261,6 +309,17 @@ def act(
 
 
 def _entry(a: pl.Action, v: Verdict, mode: str, t: datetime) -> dict[str, Any]:
+    port = (
+        {
+            "switch": a.switch,
+            "switch_port": a.switch_port,
+            "previous_admin": a.previous_admin,
+            "commands": list(a.commands),
+            "release": list(a.release),
+        }
+        if a.kind == QUARANTINE
+        else {}
+    )
     return {
         "time": iso(t),
         "action": a.kind,
@@ -274,10 +333,26 @@ def _entry(a: pl.Action, v: Verdict, mode: str, t: datetime) -> dict[str, Any]:
         "evidence": a.evidence,
         "report": v.path,
         "report_generated_at": iso(v.generated_at),
+        **port,
     }
 
 
 _VERB = {DRAIN: "DRAIN", pl.RESUME: "RESUME", QUARANTINE: "QUARANTINE", MONITOR: "MONITOR"}
+
+
+def _port_phrase(a: pl.Action) -> str | None:
+    """A quarantine's own words: the commands it sends (would send) and how to release it."""
+    where = f"{a.switch} {a.switch_port}"
+    if a.status == pl.PLANNED:
+        if not a.commands:
+            return "would quarantine (named only: no switch access)"
+        return f"would quarantine {where}: would send {'; '.join(a.commands)}"
+    if a.status == pl.DONE:
+        sent, release = "; ".join(a.commands), "; ".join(a.release)
+        return f"quarantined {where} (was admin {a.previous_admin}): sent {sent}; release: {release}"
+    if a.status == pl.NOT_AUTOMATED:
+        return "NOT DONE by act"
+    return None
 
 
 def _phrase(a: pl.Action, execute: bool) -> str:
@@ -285,14 +360,15 @@ def _phrase(a: pl.Action, execute: bool) -> str:
     reason = f' (reason "{a.reason}")' if a.kind == DRAIN and a.reason else ""
     if a.kind == MONITOR:
         return "monitor only"
+    if a.kind == QUARANTINE and (own := _port_phrase(a)) is not None:
+        return own
     return {
-        pl.PLANNED: f"would {what}{reason}"
-        + (" (named only: act does not shut switch ports)" if a.kind == QUARANTINE else ""),
+        pl.PLANNED: f"would {what}{reason}",
         pl.DONE: {DRAIN: "drained", pl.RESUME: "resumed"}.get(a.kind, "done") + reason,
         pl.FAILED: f"{what} FAILED",
         pl.REFUSED: f"{what} REFUSED",
         pl.SKIPPED: "nothing to do",
-        pl.NOT_AUTOMATED: "NOT DONE: act does not shut switch ports; quarantine it on the switch by hand",
+        pl.NOT_AUTOMATED: "NOT DONE: do it by hand",
     }[a.status]
 
 

@@ -10,13 +10,16 @@ an HCA port the table sends to quarantine) leaves that host in service when the 
 host another healthy port on the same fabric: a port of the host on another rail of the same link
 layer (``pairs.rails``) or with an ``hca_port`` result, that no failing result names and that is
 not itself quarantined. Otherwise the port is the host's only path to that fabric and the host's
-node is drained too. An inter-switch cable never drains a host.
+node is drained too (the quarantine records it: ``only_path``; the port is shut only once that host
+is out of service, :mod:`fabricops.act.quarantine`). An inter-switch cable never drains a host.
 
 :func:`plan` then reads Slurm's view: a node absent from Slurm is reported, not acted on; a node
 drained or down with any reason not starting ``fabricops:`` is never touched; a node fabricops
 drained is resumed only when this report passes its host and was generated after the drain the
 action log records. The rails (:class:`Rails`) refuse what is too much; a rail cap or a
-partition's fraction refuses the whole run (nothing at all is done).
+partition's fraction refuses the whole run (nothing at all is done). The allow-list applies to a
+quarantine through the hosts at its ends; the per-run cap on ports is applied when the switches are
+read (:mod:`fabricops.act.quarantine`: a port already shut does not count).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Rails:
     allow: str | None = None  #: a regular expression the whole node name must match (None: all)
     partition_fraction: float = 0.25  #: at most this fraction of a partition drained or down
     max_rail_hosts: int = 2  #: failing hosts on one rail above this: a rail fault, not node faults
+    max_ports_per_run: int = 2  #: switch ports shut by one run (fabricops.act.quarantine)
 
 
 @dataclass
@@ -69,6 +73,15 @@ class Action:
     rails: set[str] = field(default_factory=set)  #: the rails (HCA port names) its evidence is on
     ends: list[tuple[str, str]] = field(default_factory=list)  #: a quarantined port's host ends
     argv: list[str] | None = None
+    # a quarantine: the part named (switch_port | cable | hca_port), the hosts whose only path it is,
+    # and what fabricops.act.quarantine found and sent
+    part: str | None = None
+    only_path: list[str] = field(default_factory=list)
+    switch: str | None = None
+    switch_port: str | None = None
+    previous_admin: str | None = None  #: the port's admin state before this run ("up" | "down")
+    commands: list[str] = field(default_factory=list)  #: sent (or, in a dry run, that would be)
+    release: list[str] = field(default_factory=list)  #: the commands that undo the quarantine
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -81,6 +94,17 @@ class Action:
             "why": self.why,
             "argv": self.argv,
             "evidence": self.evidence,
+            **(
+                {
+                    "switch": self.switch,
+                    "switch_port": self.switch_port,
+                    "previous_admin": self.previous_admin,
+                    "commands": list(self.commands),
+                    "release": list(self.release),
+                }
+                if self.kind == QUARANTINE
+                else {}
+            ),
         }
 
 
@@ -96,7 +120,7 @@ class Plan:
     @property
     def exit_status(self) -> int:
         """0 nothing to do or all done (dry run: nothing would be refused); 1 refused or failed (or,
-        with --execute, a port quarantine that act does not perform)."""
+        with --execute, a port quarantine that act cannot perform: left to be done by hand)."""
         if self.refusal:
             return 1
         bad = {REFUSED, FAILED} | ({NOT_AUTOMATED} if self.executed else set())
@@ -270,7 +294,7 @@ def findings(v: Verdict, table: Table) -> list[Action]:
         t = _resolve(r, action, v)
         ev = _evidence(r)
         if t.action == QUARANTINE and t.port:
-            a = ports.setdefault(t.port, Action(QUARANTINE, t.port))
+            a = ports.setdefault(t.port, Action(QUARANTINE, t.port, part=kind_of(r)))
             a.evidence.append(ev)
             ends[t.port].update(t.port_ends)
             continue
@@ -304,11 +328,13 @@ def findings(v: Verdict, table: Table) -> list[Action]:
         a.ends = sorted(ends[port])
         stays = []
         for h, dev in sorted(ends[port]):
+            alt = other_path(v, h, dev, quarantined) if h in hosts else None
+            if h in hosts and alt is None:
+                a.only_path.append(h)  # shut only once h is out of service (fabricops.act.quarantine)
             if h in drains:
                 drains[h].evidence.extend(a.evidence)
                 stays.append(f"{h} is drained (its DRAIN line)")
                 continue
-            alt = other_path(v, h, dev, quarantined) if h in hosts else None
             if alt is not None:
                 stays.append(f"{h} stays in service ({alt} healthy on the same fabric)")
                 continue
@@ -439,7 +465,7 @@ def plan(
             if a.status == PLANNED and a.kind in (DRAIN, RESUME, QUARANTINE):
                 a.status, a.why = REFUSED, _join(a.why, "the whole run is refused")
         return out
-    _per_node(out, records, now, rails)
+    _per_node(out, records, now, rails, node_of)
     return out
 
 
@@ -495,7 +521,25 @@ def _whole_run(v: Verdict, p: Plan, nodes: Mapping[str, sl.Node], rails: Rails) 
     return None
 
 
-def _per_node(p: Plan, records: list[Record], now: datetime, rails: Rails) -> None:
+def _allowed_port(a: Action, allow: re.Pattern[str], pattern: str, node_of: Callable[[str], str]) -> str:
+    """Why --allow refuses quarantine ``a`` ("" when it does not): the nodes of the hosts at its
+    ends must all match; a port with no host at its end (an inter-switch cable) affects hosts beyond
+    any node list, so it is refused while --allow narrows the run."""
+    if not a.ends:
+        return (
+            f"--allow {pattern!r} narrows the run to some nodes and the report names no host at the end "
+            f"of {a.target} (an inter-switch cable affects every host behind it): run without --allow to "
+            "quarantine it"
+        )
+    outside = sorted({node_of(h) for h, _dev in a.ends if not allow.fullmatch(node_of(h))})
+    if outside:
+        return f"{', '.join(outside)} (at its end) not in --allow {pattern!r}"
+    return ""
+
+
+def _per_node(
+    p: Plan, records: list[Record], now: datetime, rails: Rails, node_of: Callable[[str], str]
+) -> None:
     allow = re.compile(rails.allow) if rails.allow else None
     hour_ago = now - timedelta(hours=1)
     drained_last_hour = {
@@ -503,6 +547,11 @@ def _per_node(p: Plan, records: list[Record], now: datetime, rails: Rails) -> No
     }
     run = 0
     for a in p.actions:
+        if a.status == PLANNED and a.kind == QUARANTINE and allow is not None:
+            why = _allowed_port(a, allow, str(rails.allow), node_of)
+            if why:
+                a.status, a.why = REFUSED, _join(a.why, why)
+            continue
         if a.status != PLANNED or a.kind not in (DRAIN, RESUME):
             continue
         node = str(a.node)

@@ -23,6 +23,11 @@ changes; the applied revision compared again right before ``nv config apply --co
 session verifies and confirms (``--confirm-yes``), then ``nv config save``. On failure a new
 session rolls back an unconfirmed apply (``--confirm-no``), detaches the pending revision and
 compares the applied revision with the one before.
+
+A port's administrative state (``fabricops act``'s quarantine, :func:`port_admin_onyx`,
+:func:`port_admin_nvue`; the caller holds the lock) is one line, read back, saved: Onyx
+``interface ethernet 1/N [no] shutdown`` then ``configuration write``; NVUE ``nv set interface swpN
+link state down|up`` on a switch with no pending revision, ``nv config apply -y``, ``nv config save``.
 """
 
 from __future__ import annotations
@@ -42,7 +47,16 @@ from .model import SwitchError
 from .resource import compute, facts_from_onyx_config, gather
 from .transport import NVUE_ERROR, ONYX_ERROR, get_roce_data
 
-__all__ = ["APPLY_TIMEOUT", "READ_TIMEOUT", "ApplyResult", "ChangeFailed", "apply_nvue", "apply_onyx"]
+__all__ = [
+    "APPLY_TIMEOUT",
+    "READ_TIMEOUT",
+    "ApplyResult",
+    "ChangeFailed",
+    "apply_nvue",
+    "apply_onyx",
+    "port_admin_nvue",
+    "port_admin_onyx",
+]
 
 #: seconds one command may take before the session counts as frozen (``nv config apply``: APPLY_TIMEOUT)
 READ_TIMEOUT = 30.0
@@ -496,3 +510,121 @@ def _nvue_failure(
         diff,
         sent,
     )
+
+
+# --------------------------------------------------------------------------- a port's admin state
+
+
+def port_admin_onyx(
+    conn: Any,
+    *,
+    switch: str,
+    port: str,
+    state: str,
+    commands: Sequence[str],
+    read: Callable[[Any], str | None],
+) -> list[str]:
+    """Onyx: the interface line in config mode, the port read back, ``configuration write``
+    (``commands``: the platform's ``port_admin_commands``). Returns the commands sent; raises
+    :class:`SwitchError` with one sentence naming the step and what the switch holds."""
+    *config, save = [check_line(c) for c in commands]
+    sent: list[str] = []
+    step = "send"
+    try:
+        enable = getattr(conn, "enable", None)
+        if callable(enable):  # config mode needs enable mode (netmiko does not enter it at login)
+            enable()
+        conn.send_config_set(config, error_pattern=ONYX_ERROR, read_timeout=READ_TIMEOUT)
+        sent += config
+        step = "verify"
+        now = read(conn)
+        if now != state:
+            raise _Step("verify", f"read back, {port} is administratively {now or 'not listed'}, not {state}")
+        step = "save"
+        out = conn.send_config_set([save], read_timeout=READ_TIMEOUT) or ""
+        if re.search(ONYX_ERROR, out, re.M):
+            raise _Step("save", f"configuration write answered: {_squeeze(out)}")
+        sent.append(save)
+    except Exception as exc:
+        _disconnect(conn)
+        held = {
+            "send": f"{port} may or may not have changed in the running configuration",
+            "verify": f"the running configuration may hold `{config[0]}`",
+            "save": f"{port} is administratively {state} in the running configuration, but the saved "
+            "configuration may still be the previous one (a reload would undo it); save it "
+            "(configuration write)",
+        }[step]
+        raise SwitchError(f"{switch}: step '{step}' failed: {_reason(exc)}; {held}.") from None
+    return sent
+
+
+def port_admin_nvue(
+    conn: Any,
+    *,
+    switch: str,
+    port: str,
+    state: str,
+    commands: Sequence[str],
+    read: Callable[[Any], str | None],
+) -> list[str]:
+    """NVUE: refuse a pending revision that is not ours; ``nv set interface swpN link state``; the
+    pending diff must hold only that; ``nv config apply -y``; the port read back; ``nv config save``.
+    Returns the commands sent; raises :class:`SwitchError` with one sentence naming the step and what
+    the switch holds (a failure before the apply detaches what was staged)."""
+    set_line, apply_line, save_line = [check_line(c) for c in commands]
+    sent: list[str] = []
+    try:
+        pending = parse_config_diff(_send(conn, "nv config diff"))
+    except Exception as exc:
+        _disconnect(conn)
+        raise SwitchError(f"{switch}: step 'check' failed: {_reason(exc)}; nothing was sent.") from None
+    if not pending.empty:
+        _disconnect(conn)
+        raise SwitchError(
+            f"{switch}: step 'check' failed: the switch has a pending revision that is not ours "
+            f"({'; '.join(pending.changes[:3])}); apply or detach it (nv config detach); nothing was sent."
+        )
+    ours = f"set interface {port} link state"
+    step, applied = "stage", False
+    try:
+        out = _send(conn, set_line)
+        sent.append(set_line)
+        if NVUE_ERROR.search(out):
+            raise _Step("stage", f"'{set_line}' answered: {_squeeze(out)}")
+        step = "check"
+        diff = parse_config_diff(_send(conn, "nv config diff"))
+        foreign = [c for c in diff.changes if not c.startswith(ours)]
+        if diff.empty or foreign:
+            what = "; ".join(foreign[:3]) if foreign else "it is empty"
+            raise _Step("check", f"the pending revision is not just `{set_line}` ({what})")
+        step, applied = "apply", True
+        out = _send(conn, apply_line, APPLY_TIMEOUT)
+        sent.append(apply_line)
+        if NVUE_ERROR.search(out) or "applied" not in out:
+            raise _Step("apply", f"'{apply_line}' answered: {_squeeze(out)}")
+        step = "verify"
+        now = read(conn)
+        if now != state:
+            raise _Step("verify", f"read back, {port} is administratively {now or 'not listed'}, not {state}")
+        step = "save"
+        out = _send(conn, save_line)
+        if NVUE_ERROR.search(out):
+            raise _Step("save", f"'{save_line}' answered: {_squeeze(out)}")
+        sent.append(save_line)
+    except Exception as exc:
+        held = f"{port} may be administratively {state} in the applied revision"
+        if not applied:
+            try:
+                _send(conn, "nv config detach")
+                sent.append("nv config detach")
+                held = "nothing was applied; what was staged was detached"
+            except Exception:
+                held = "nothing was applied; what was staged may still be pending (nv config detach)"
+        elif step == "save":
+            held = (
+                f"{port} is administratively {state} in the applied revision, but the startup revision "
+                "may still be the previous one; save it (nv config save)"
+            )
+        _disconnect(conn)
+        raise SwitchError(f"{switch}: step '{step}' failed: {_reason(exc)}; {held}.") from None
+    return sent

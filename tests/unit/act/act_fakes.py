@@ -239,6 +239,7 @@ def run_act(
     table_text: str | None = None,
     node_of=None,
     path: str = "verify.json",
+    switches: Any = None,
 ) -> Run:
     import io
     import json
@@ -266,5 +267,6 @@ def run_act(
         execute=execute,
         out=out,
         json_dest=str(dest),
+        switches=switches,
     )
     return Run(status, out.getvalue(), json.loads(dest.read_text()))

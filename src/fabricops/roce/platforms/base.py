@@ -202,6 +202,25 @@ class SwitchPlatform:
         list is left out. Raises :class:`fabricops.errors.ParseError` on output it cannot read."""
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ a port's admin state (act)
+
+    def port_admin_state(self, connection: Any, port: str) -> str | None:  # pragma: no cover
+        """``port``'s administrative state as the switch holds it, "up" or "down"; None when the
+        switch has no such port. Show commands only (``fabricops act``'s port quarantine)."""
+        raise NotImplementedError
+
+    def port_admin_commands(self, port: str, state: str) -> list[str]:  # pragma: no cover
+        """Every configuration command :meth:`set_port_admin` sends to make ``port`` administratively
+        ``state`` ("up" | "down"), in order, its save included: what a dry run prints, and the
+        release of a quarantine (``state`` "up")."""
+        raise NotImplementedError
+
+    def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
+        """Send :meth:`port_admin_commands`, read the port back, save; the commands sent. Raises
+        :class:`~fabricops.switch.model.SwitchError`: one sentence naming the switch, the step and
+        what the switch holds."""
+        raise NotImplementedError  # pragma: no cover
+
     # ------------------------------------------------------------------ applying
 
     def before_apply(self, conn: Any, switch: str, data: Mapping[str, str], discard: bool) -> list[str]:

@@ -345,6 +345,59 @@ class NvuePlatform(SwitchPlatform):
             )
         return out
 
+    # ------------------------------------------------------------------ a port's admin state (act)
+
+    def port_admin_state(self, connection: Any, port: str) -> str | None:
+        """The ``link state`` of the applied revision (``nv show interface swpN link --rev=applied -o
+        json``: what ``nv set interface swpN link state up|down`` set); where it sets none, the
+        operational ``admin-status`` the release prints (newer releases), else "up". None when the
+        switch has no such port (``nv show interface swpN link``: "The requested item does not
+        exist")."""
+        from fabricops.errors import ParseError
+
+        port = self.normalize_port(port)  # the one shape a command line may carry
+        oper_text = connection.send_command(f"nv show interface {port} link -o json") or ""
+        if "does not exist" in oper_text:
+            return None
+        if re.search(r"^(?:Error:|Usage:|-bash: )", oper_text, re.M):
+            detail = " ".join(oper_text.split())[:120]
+            raise ParseError("nvue nv show interface link", f"{port}'s link", detail)
+        oper = _json_tree(oper_text, f"nv show interface {port} link -o json")
+        applied_text = connection.send_command(f"nv show interface {port} link --rev=applied -o json") or ""
+        applied = {} if "does not exist" in applied_text else _json_tree(
+            applied_text, f"nv show interface {port} link --rev=applied -o json"
+        )
+        for value in (applied.get("state"), oper.get("admin-status")):
+            # a value ("down"), or NVUE's JSON form of an enum, a one-key set ({"down": {}})
+            names = list(value) if isinstance(value, dict) else [value]
+            if len(names) == 1 and str(names[0]).lower() in ("up", "down"):
+                return str(names[0]).lower()
+        return "up"
+
+    def port_admin_commands(self, port: str, state: str) -> list[str]:
+        """``nv set interface swpN link state down|up``, ``nv config apply -y``, ``nv config save``
+        (Cumulus Linux user guide, "Interface Configuration and Management", "Bring an Interface Up or
+        Down": "nv set interface swp1 link state down", "nv config apply"; NVUE command reference,
+        "Config Commands": ``nv config save``)."""
+        from fabricops.switch.model import SwitchError
+
+        if state not in ("up", "down"):
+            raise SwitchError(f"a port's admin state is up or down, not {state!r}.")
+        port = self.normalize_port(port)
+        return [f"nv set interface {port} link state {state}", "nv config apply -y", "nv config save"]
+
+    def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
+        from fabricops.switch import change
+
+        return change.port_admin_nvue(
+            connection,
+            switch=switch,
+            port=port,
+            state=state,
+            commands=self.port_admin_commands(port, state),
+            read=lambda conn: self.port_admin_state(conn, port),
+        )
+
     # ------------------------------------------------------------------ applying
 
     def before_apply(self, conn: Any, switch: str, data: Mapping[str, str], discard: bool) -> list[str]:

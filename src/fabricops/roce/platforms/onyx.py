@@ -339,6 +339,55 @@ class OnyxPlatform(SwitchPlatform):
             )
         return out
 
+    # ------------------------------------------------------------------ a port's admin state (act)
+
+    def port_admin_state(self, connection: Any, port: str) -> str | None:
+        """"Admin state" (Enabled / Disabled) of ``show interfaces ethernet 1/N | json-print`` (Onyx
+        user manual, "Ethernet Interface Commands", show interfaces ethernet); None when Onyx answers
+        that the interface does not exist."""
+        from fabricops.errors import ParseError
+        from fabricops.parsers import onyx as onyx_parser
+
+        port = self.normalize_port(port)  # the one shape a command line may carry
+        _enter_enable(connection)
+        text = connection.send_command(f"show interfaces ethernet {port[3:]} | json-print") or ""
+        if text.lstrip().startswith("%"):
+            if "does not exist" in text:
+                return None
+            detail = " ".join(text.split())[:120]
+            raise ParseError("onyx show interfaces ethernet", "the port's state", detail)
+        it = onyx_parser.parse_interfaces(text).interfaces.get(port)
+        if it is None:
+            return None
+        admin = {"enabled": "up", "disabled": "down"}.get((it.admin_state or "").lower())
+        if admin is None:
+            raise ParseError("onyx show interfaces ethernet", f"the Admin state of {port}", "not shown")
+        return admin
+
+    def port_admin_commands(self, port: str, state: str) -> list[str]:
+        """``interface ethernet 1/N shutdown`` / ``... no shutdown`` (Onyx user manual, "Ethernet
+        Interface Commands": ``[no] shutdown`` in config interface ethernet mode; one line from config
+        mode, as the RoCE knobs are sent), then ``configuration write``."""
+        from fabricops.switch.model import SwitchError
+
+        if state not in ("up", "down"):
+            raise SwitchError(f"a port's admin state is up or down, not {state!r}.")
+        no = "" if state == "down" else "no "
+        port = self.normalize_port(port)
+        return [f"interface ethernet {port[3:]} {no}shutdown", "configuration write"]
+
+    def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
+        from fabricops.switch import change
+
+        return change.port_admin_onyx(
+            connection,
+            switch=switch,
+            port=port,
+            state=state,
+            commands=self.port_admin_commands(port, state),
+            read=lambda conn: self.port_admin_state(conn, port),
+        )
+
     # ------------------------------------------------------------------ applying
 
     def apply(self, conn: Any, commands: Sequence[str], **kw: Any) -> Any:
