@@ -88,3 +88,11 @@ def test_the_inventory_lists_the_head_node_apart(lab):
     inv = yaml.safe_load((Path(lab["inventory_dir"]) / "hosts.yml").read_text())["all"]["children"]
     assert list(inv["slurm_controller"]["hosts"]) == ["slurmctl"]
     assert sorted(inv["gpu_hosts"]["hosts"]) == gpu_hosts(lab)
+
+
+def test_slurmctld_reads_the_site_s_first_topology_conf(lab):
+    # topology/tree with the file a site starts from (the whole rack under one switch) until
+    # `fabricops topology` writes the fabric's own tree (test_verify_two_tier.py)
+    proc = ctl("scontrol show topology")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["SwitchName=rack Level=0 LinkSpeed=1 Nodes=gpu01,gpu02,gpu03,gpu04"]

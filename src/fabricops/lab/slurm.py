@@ -43,6 +43,8 @@ CONTROLLER_INDEX = 256
 CONTROLLER_VETH = "fo-mslurm"
 PARTITION = "gpu"
 CONF = "etc/slurm/slurm.conf"
+#: topology.conf for TopologyPlugin=topology/tree, read from beside slurm.conf (topology.conf(5))
+TOPOLOGY_CONF = "etc/slurm/topology.conf"
 MUNGE_KEY = "etc/munge/munge.key"
 #: how long `lab up` waits for slurmctld to answer and for the nodes to register
 READY_TIMEOUT = 60.0
@@ -128,12 +130,28 @@ def slurm_conf(topo: dict[str, Any], hw: dict[str, int]) -> str:
         # a dead slurmd is marked DOWN within a minute (slurmctld pings every SlurmdTimeout/3)
         "SlurmdTimeout=60",
         "SlurmctldTimeout=120",
+        # jobs placed by the fabric's tree (topology.conf(5)): `scontrol reconfigure` re-reads the file
+        # (`fabricops topology` writes it); changing the plugin itself needs a slurmctld restart
+        "TopologyPlugin=topology/tree",
     ]
     hardware_ = " ".join(f"{k}={hw[k]}" for k in HARDWARE_KEYS)
     for h in topo["hosts"]:
         lines.append(f"NodeName={h['name']} NodeAddr={h['mgmt_ip']} {hardware_} State=UNKNOWN")
     lines.append(f"PartitionName={PARTITION} Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def topology_conf(topo: dict[str, Any]) -> str:
+    """The topology.conf a site writes by hand before it has the fabric's shape: one switch over every
+    node (Slurm then treats the rack as one leaf). ``fabricops topology`` replaces it on the head node;
+    ``lab up`` never writes over a topology.conf that is there."""
+    names = [h["name"] for h in topo["hosts"]]
+    return (
+        f"# topology.conf of the fabricops lab {topo['name']!r}, written by `fabricops lab up` as a site's\n"
+        "# first hand-written one: the whole rack under one switch. `fabricops topology` writes the\n"
+        "# fabric's own tree (docs/scheduler-topology.md).\n"
+        f"SwitchName=rack Nodes={','.join(names)}\n"
+    )
 
 
 # --- files in a container's root ----------------------------------------------------------------
@@ -180,6 +198,9 @@ def install(root: Path, daemon: str) -> None:
     conf = slurm_dir() / "slurm.conf"
     if conf.exists():
         _write(root / CONF, conf.read_bytes(), 0o644)
+    topology = slurm_dir() / "topology.conf"
+    if topology.exists() and not (root / TOPOLOGY_CONF).exists():
+        _write(root / TOPOLOGY_CONF, topology.read_bytes(), 0o644)
     link = root / "etc/systemd/system/multi-user.target.wants" / f"{daemon}.service"
     if not link.is_symlink():
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -367,6 +388,7 @@ def start(lab: dict[str, Any], fresh: bool, timeout: float = READY_TIMEOUT) -> l
         hw = parse_slurmd_c(out.stdout, f"slurmd -C on {first}")
         slurm_dir().mkdir(parents=True, exist_ok=True)
         conf.write_text(slurm_conf(topo, hw))
+        (slurm_dir() / "topology.conf").write_text(topology_conf(topo))
         changed.append("wrote slurm.conf")
     text = conf.read_bytes()
     stale = []
@@ -375,6 +397,15 @@ def start(lab: dict[str, Any], fresh: bool, timeout: float = READY_TIMEOUT) -> l
         if not (target.exists() and target.read_bytes() == text):
             _write(target, text, 0o644)
             stale.append(name)
+        # the site's topology.conf, once there, is the site's (fabricops topology may have replaced it)
+        topology = slurm_dir() / "topology.conf"
+        target = paths.host_dir(name) / "root" / TOPOLOGY_CONF
+        if not target.exists():
+            if not topology.exists():
+                topology.write_text(topology_conf(topo))
+            _write(target, topology.read_bytes(), 0o644)
+            if name not in stale:
+                stale.append(name)
 
     def run(name: str, unit: str) -> None:
         _systemctl(name, "restart" if name in stale else "start", unit)

@@ -138,6 +138,30 @@ def _image_root(tmp_path):
     return root
 
 
+def test_tree_topology_with_a_site_s_first_topology_conf():
+    """topology/tree from the start (a plugin change needs a slurmctld restart; a new topology.conf
+    only `scontrol reconfigure`), and the file a site writes before it knows its fabric: one switch
+    over every node, in topology.conf(5)'s syntax."""
+    topo = topology.load()
+    single, _nodes, _parts = _conf(topo)
+    assert single["TopologyPlugin"] == "topology/tree"
+    lines = [ln for ln in slurm.topology_conf(topo).splitlines() if ln and not ln.startswith("#")]
+    assert lines == ["SwitchName=rack Nodes=gpu01,gpu02,gpu03,gpu04"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to the image's munge user needs root")
+def test_install_never_writes_over_the_site_s_topology_conf(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
+    (tmp_path / "state/slurm").mkdir(parents=True)
+    (tmp_path / "state/slurm/topology.conf").write_text("SwitchName=rack Nodes=gpu01\n")
+    root = _image_root(tmp_path)
+    slurm.install(root, "slurmctld")
+    assert (root / slurm.TOPOLOGY_CONF).read_text() == "SwitchName=rack Nodes=gpu01\n"
+    (root / slurm.TOPOLOGY_CONF).write_text("SwitchName=leaf1 Nodes=gpu01\n")  # fabricops topology's
+    slurm.install(root, "slurmctld")
+    assert (root / slurm.TOPOLOGY_CONF).read_text() == "SwitchName=leaf1 Nodes=gpu01\n"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to the image's munge user needs root")
 def test_install_lays_the_key_the_conf_and_the_daemon(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
