@@ -21,9 +21,10 @@ STREAMS: dict[str, list[str]] = {
     "gpu03-gpu04": ["test_host_faults.py", "test_install_like_a_user.py", "test_monitor.py",
                     "test_site_drift.py"],
     # MLNX_OFED, DOCA-Host and NIC firmware on gpu02; the IPoIB, NCCL and RoCE host roles on gpu01;
-    # the lab's Slurm through slurmctl (drains and resumes gpu02 in Slurm only: no host state)
+    # the lab's Slurm through slurmctl (drains and resumes gpu02 in Slurm only: no host state);
+    # fabricops act on gpu01 and gpu02 (port faults cleared, drains resumed)
     "gpu01-gpu02": ["test_doca_firmware.py", "test_lab_slurm.py", "test_mlnx_ofed.py", "test_roles_ipoib.py",
-                    "test_roles_nccl.py", "test_roles_roce_host.py"],
+                    "test_roles_nccl.py", "test_roles_roce_host.py", "test_act_slurm.py"],
     # the roce_switch role on leaf-onyx and leaf-cumulus (no host)
     "leaves": ["test_roce_switch.py"],
 }

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from integration.conftest import INVENTORY, REPO, VENV_BIN
+from integration.conftest import INVENTORY, REPO, VENV_BIN, ssh
 from labtools import ensure_ofed
 
 pytestmark = pytest.mark.lab
@@ -160,10 +160,22 @@ def test_healthy_metrics_and_no_finding(fresh):
                  netdev="enp170s0f0np0") == 1
     report = diagnose()
     assert report["findings"] == []
+    # the light tier the role installed beside the collector (issue 36): healthy is silent, exit 0
+    health = light_tier()
+    assert (health.returncode, health.stdout) == (0, ""), health.stdout + health.stderr
+
+
+def light_tier():
+    """/usr/local/sbin/fabricops-health on the host, as Slurm's HealthCheckProgram runs it."""
+    return ssh(HOST, "/usr/local/sbin/fabricops-health", check=False, timeout=30)
 
 
 def test_port_down(fresh):
     fault(HOST, "port-down", "mlx5_0")
+    # the light tier names the port: exit 1 (checked and bad), one line for a HealthCheckProgram's log
+    health = light_tier()
+    assert health.returncode == 1, health.stdout + health.stderr
+    assert health.stdout.startswith("fabricops-health: hca_port mlx5_0/1: state DOWN"), health.stdout
     m = fresh()
     assert value(m, "fabricops_ib_port_up", device="mlx5_0", port="1") == 0
     assert value(m, "fabricops_ib_port_rate_bits_per_second", device="mlx5_0", port="1") == 10e9
