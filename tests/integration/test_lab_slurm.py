@@ -95,4 +95,5 @@ def test_slurmctld_reads_the_site_s_first_topology_conf(lab):
     # `fabricops topology` writes the fabric's own tree (test_verify_two_tier.py)
     proc = ctl("scontrol show topology")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["SwitchName=rack Level=0 LinkSpeed=1 Nodes=gpu01,gpu02,gpu03,gpu04"]
+    nodes_ = ",".join(gpu_hosts(lab))
+    assert proc.stdout.splitlines() == [f"SwitchName=rack Level=0 LinkSpeed=1 Nodes={nodes_}"]
