@@ -37,12 +37,13 @@ def drift(*args: str, json_path=None) -> tuple[int, str, dict | None]:
 
 @pytest.fixture(scope="module")
 def converged(ansible_playbook):
+    """gpu04's host phases converged. That nothing is left to change is the first test's clean drift
+    (site.yml in check mode on the same host); each role's own file proves its real-mode idempotence
+    (a second real run here cost 35-40 s of CI's longest stream for the same verdict)."""
     run = ansible_playbook("site.yml", "--limit", HOST, "--tags", "hosts", *EXTRA)
     assert run.rc == 0, run.stdout[-3000:]
     assert run.hosts[HOST]["failures"] == 0
-    again = ansible_playbook("site.yml", "--limit", HOST, "--tags", "hosts", *EXTRA)
-    assert again.rc == 0 and again.hosts[HOST]["changed"] == 0, again.stdout[-3000:]
-    assert "ROLLOUT DONE: gpu04; failed: none" in again.stdout
+    assert "ROLLOUT DONE: gpu04; failed: none" in run.stdout
     return run
 
 
