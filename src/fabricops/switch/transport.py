@@ -114,7 +114,7 @@ def open_session(access: SwitchAccess) -> Any:
             with contextlib.suppress(Exception):
                 sock.close()
         raise SwitchError(_connect_failure(access, exc)) from None
-    return known_prompt(conn)
+    return conn
 
 
 def known_prompt(conn: Any) -> Any:
@@ -127,7 +127,12 @@ def known_prompt(conn: Any) -> Any:
     ``session_preparation`` (``set_base_prompt``) and matches the switch's every mode (Onyx
     ``name [standalone: master] >`` and ``#``, ``(config) #``; Cumulus ``user@name:~$``), so the
     command's output ends where the same prompt pattern appears. A caller that passes
-    ``auto_find_prompt`` or ``expect_string`` (a confirmation prompt) keeps its choice."""
+    ``auto_find_prompt`` or ``expect_string`` (a confirmation prompt) keeps its choice.
+
+    For read-only sessions (verify's :class:`~fabricops.verify.switchstate.SwitchReader`) only: the
+    change flows (apply, checked restore after a dropped session) keep netmiko's default, whose
+    prompt probe also clears what a frozen or dropped session left in the channel (the fault
+    matrix, tests/unit/switch/test_fault_matrix.py, saw a restore read two prompts without it)."""
     send = conn.send_command
 
     def send_command(command_string: str, *args: Any, **kwargs: Any) -> Any:

@@ -249,7 +249,8 @@ class SwitchReader:
             with _ACCESS_LOCK:
                 access = inventory_access(hv, switch, os_name)
             conn = transport.connect(access)
-        return conn, os_name, hv
+        # show commands only: no prompt probe before each (transport.known_prompt)
+        return transport.known_prompt(conn), os_name, hv
 
     def _problems(
         self,
