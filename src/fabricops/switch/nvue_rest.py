@@ -88,6 +88,14 @@ class RestError(SwitchError):
     pass
 
 
+class _RequestTimedOut(RestError):
+    """A request's deadline passed before its answer was complete (:attr:`deadline`: when)."""
+
+    def __init__(self, message: str, deadline: float) -> None:
+        super().__init__(message)
+        self.deadline = deadline
+
+
 class _DeadlinePassed(TimeoutError):
     """The request's deadline passed before the server's answer was complete."""
 
@@ -330,9 +338,10 @@ class NvueRestConnection:
                 break
             except TimeoutError:  # the deadline, or the socket's timeout (set to the time left)
                 self.disconnect()
-                raise RestError(
+                raise _RequestTimedOut(
                     f"{self.switch}: {method} {path}: {self.host}:{self.port} gave no complete answer within "
-                    f"{deadline - start:.3g} s (the request's deadline); gave up and closed the connection."
+                    f"{deadline - start:.3g} s (the request's deadline); gave up and closed the connection.",
+                    deadline,
                 ) from None
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self.disconnect()
@@ -490,8 +499,19 @@ class NvueRestConnection:
         deadline = time.monotonic() + self.apply_timeout
         body = {"state": "apply", "auto-prompt": {"ays": "ays_yes"}}
         self.request("PATCH", self._rev_path(cs), body, deadline=deadline)
+        state = ""
         while True:
-            got = self.request("GET", self._rev_path(cs), deadline=deadline)
+            try:
+                got = self.request("GET", self._rev_path(cs), deadline=deadline)
+            except _RequestTimedOut as exc:
+                if exc.deadline < deadline:
+                    raise  # the request's own deadline: the server stopped answering
+                # a poll cut short by the apply's deadline: the apply's verdict, whatever the
+                # poll's timing (a slow poll that ends past it is the same finding as a fast one)
+                raise RestError(
+                    f"the revision {cs} was still {state or 'unknown'} after {self.apply_timeout:g} s "
+                    "(the apply's deadline)"
+                ) from None
             state = self._clean(got.get("state", "") if isinstance(got, dict) else "", 40)
             if state in APPLIED_STATES:
                 return f"applied [rev_id: {cs}] ({state})\n"

@@ -405,6 +405,32 @@ def test_the_apply_has_an_overall_deadline(rest_rack, monkeypatch):
     assert "after 1.5 s (the apply's deadline)" in out, out
 
 
+def test_a_poll_cut_short_by_the_apply_deadline_is_the_apply_verdict(rest_rack, monkeypatch):
+    """A poll that is still being answered when the apply's deadline passes (here: always the
+    second one) names the apply's deadline and the revision's last state, as a fast poll does;
+    a request's own timeout is kept for a server that stops answering within it."""
+
+    def slow_pending(h):
+        time.sleep(0.6)
+        data = json.dumps({"state": "pending", "transition": {"issue": {}, "progress": ""}}).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    c = _connect(rest_rack, timeout=5.0, apply_timeout=1.0)
+    assert c.send_command("nv set qos roce mode lossless") == ""
+    _misbehave(monkeypatch, rest_rack, lambda p: p.startswith("/nvue_v1/revision/changeset"), slow_pending)
+    out = c.send_command("nv config apply -y")
+    assert out.startswith("Error: the revision changeset/"), out
+    assert "was still pending after 1 s (the apply's deadline)" in out, out
+    c = _connect(rest_rack, timeout=0.3, apply_timeout=5.0)
+    assert c.send_command("nv set qos roce mode lossless") == ""
+    out = c.send_command("nv config apply -y")
+    assert "gave no complete answer within 0.3 s (the request's deadline)" in out, out
+
+
 def test_a_dripping_apply_poll_releases_the_switch_lock_within_the_deadline(rest_rack, monkeypatch):
     """roce_switch holds the switch's lock around the whole change: a server that drips its answer
     to the apply's poll must not hold the lock (the client gives up at its deadline)."""
