@@ -23,7 +23,6 @@ import re
 import time
 
 import pytest
-from netmiko import ConnectHandler
 from unit.lab.test_switchd import PASSWORD, Lab
 
 from fabricops.errors import FabricopsError
@@ -33,6 +32,7 @@ from fabricops.switch.lock import device_key, switch_lock
 from fabricops.switch.model import SwitchError, switch_spec, want_facts
 from fabricops.switch.resource import compute, facts_from_onyx_config
 from fabricops.switch.runner import run
+from fabricops.switch.transport import netmiko_connect
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 ROCE4 = {"lossless_priority": 4, "dscp": 34}
@@ -143,7 +143,7 @@ def _connector(lab):
     user = "admin" if lab.os_name == "onyx" else "cumulus"
 
     def connect():
-        return ConnectHandler(
+        return netmiko_connect(  # the product's sessions (netmiko's drivers, the prompt waited for)
             device_type=DEVICE[lab.os_name],
             host="127.0.0.1",
             port=lab.port,
