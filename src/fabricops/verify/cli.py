@@ -13,6 +13,7 @@ profile).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -24,6 +25,7 @@ from fabricops import cliopts
 from fabricops.errors import EXIT_NORUN, BadInput, CouldNotRun, FabricopsError, UsageError
 from fabricops.verify.engine import ONLY, SWITCHES, Options
 from fabricops.verify.hostchecks import GPU_CHECKS, HOST_CHECKS
+from fabricops.verify.slurm import LAUNCHERS
 
 
 def register(subparsers) -> None:
@@ -76,6 +78,19 @@ def register(subparsers) -> None:
         action="store_true",
         help="a link neither measured by the tests nor read healthy on its switch is a skip saying so "
         "(knowingly accepted), not an error (exit 4, no verdict)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        help="how the pair rounds and the NCCL phase run: ssh (from this machine to every host) or slurm "
+        "(job steps of one allocation of the hosts, made on the inventory's slurm_controller host); the "
+        "host and GPU checks stay on SSH (default: fabricops_verify_launcher in the inventory, else ssh)",
+    )
+    p.add_argument(
+        "--slurm-local",
+        action="store_true",
+        help="with --launcher slurm: run salloc/srun/scancel on this machine (a Slurm login node) instead "
+        "of on the slurm_controller host over SSH",
     )
     p.add_argument(
         "--valid-for",
@@ -195,6 +210,23 @@ class Reach:
                 if h in self.unreached and h not in self.reached}
 
 
+def slurm_steps(stack: contextlib.ExitStack, fabric, hostvars, args, say, warn):
+    """The Slurm launcher: one allocation of the hosts under test, held until ``stack`` closes (then
+    cancelled; also on Ctrl-C, SIGTERM, SIGHUP), over one shared SSH connection to the controller."""
+    from fabricops.verify import slurm
+
+    first = hostvars.get(fabric.hosts[0]) or {}
+    settings = slurm.settings_of(first)
+    nodes = slurm.node_names(fabric.hosts, hostvars)
+    exec_, where, controller = slurm.controller_of(fabric, args.slurm_local)
+    if controller is not None:
+        stack.enter_context(slurm.shared_connection(fabric, controller))
+    say(f"slurm: allocating {', '.join(nodes.values())} on {where}")
+    alloc = stack.enter_context(slurm.held(slurm.allocate(exec_, where, nodes, settings), warn))
+    say(f"slurm: job {alloc.job}: pair rounds and NCCL as its job steps (host and GPU checks over SSH)")
+    return alloc
+
+
 def cmd_verify(args) -> int:
     from fabricops.verify import report
     from fabricops.verify.engine import exit_status, verify
@@ -226,16 +258,36 @@ def cmd_verify(args) -> int:
         counter_baseline=baseline,
         accept_unproven=args.accept_unproven,
     )
+    from fabricops.verify import slurm
+
+    launcher = slurm.launcher_of(args.launcher, hostvars.get(fabric.hosts[0]) or {})
+    if args.slurm_local and launcher != "slurm":
+        raise UsageError("--slurm-local goes with --launcher slurm (or fabricops_verify_launcher: slurm)")
     out.line(f"verifying {len(fabric.hosts)} hosts: {', '.join(fabric.hosts)}")
     roce = next((hv.get("fabricops_roce") for hv in hostvars.values() if hv.get("fabricops_roce")), None)
-    run = verify(
-        reach,
-        fabric.hosts,
-        hostvars,
-        opts,
-        fabric.switch_link_layers(),
-        switch_reader=fabric.switch_reader(roce),
-    )
+
+    def warn(msg: str) -> None:
+        if not args.quiet:
+            print(f"fabricops verify: {msg}", file=sys.stderr)
+
+    with contextlib.ExitStack() as stack:
+        alloc = None
+        if launcher == "slurm" and args.only in (None, "pairs", "nccl"):
+            alloc = slurm_steps(stack, fabric, hostvars, args, out.line, warn)
+            opts.steps = alloc.run
+            template = (hostvars.get(fabric.hosts[0]) or {}).get("fabricops_verify_nccl_launcher")
+            if isinstance(template, str) and slurm.srun_template(template):
+                opts.launch = alloc.on_controller
+        run = verify(
+            reach,
+            fabric.hosts,
+            hostvars,
+            opts,
+            fabric.switch_link_layers(),
+            switch_reader=fabric.switch_reader(roce),
+        )
+        if alloc is not None:
+            run.launcher = alloc.describe()
     out.done()
     run.valid_for_s = args.valid_for
     not_checked = {h: f"unreachable: {why}" for h, why in run.unreached.items()}

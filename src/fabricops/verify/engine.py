@@ -49,6 +49,12 @@ class Options:
     accept_unproven: bool = False
     #: run the multi-node NCCL phase in a full run (--nccl; also fabricops_verify_nccl: true)
     nccl: bool = False
+    #: the transport of the pair rounds and the NCCL phase (the intensive tier), e.g. Slurm job steps
+    #: (fabricops.verify.slurm.Allocation.run); None: the ``run`` given to :func:`verify`
+    steps: Callable[[str, str, float], Mapping[str, Any]] | None = None
+    #: the transport of the NCCL launcher line when it differs from ``steps`` (an srun template under the
+    #: Slurm launcher runs on the Slurm controller, in the allocation); None: ``steps``
+    launch: Callable[[str, str, float], Mapping[str, Any]] | None = None
 
 
 @dataclass
@@ -66,6 +72,8 @@ class VerifyRun:
     started_at: str = field(default_factory=lambda: _result.clock())
     #: seconds from started_at its verdicts may drive an action (None: the report's default)
     valid_for_s: float | None = None
+    #: how the pair rounds and the NCCL phase ran (the JSON report's ``launcher``; None: over SSH)
+    launcher: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -241,15 +249,16 @@ def _verify(
     if opts.only in (None, "pairs", "cabling") and expects:
         sw = _switch_phase(expects, raws, hostvars, switch_link_layers, switch_reader, opts, say)
         vr.results.extend(sw.results)
+    steps = opts.steps or run  # the intensive tier: SSH, or job steps of the site's scheduler
     if opts.only in (None, "pairs") and expects:
-        vr.pairs = _pair_phase(run, expects, raws, vr, opts, say, switch_reader, hostvars, sw)
+        vr.pairs = _pair_phase(steps, expects, raws, vr, opts, say, switch_reader, hostvars, sw)
         from fabricops.verify import outliers  # pairs that pass the floor far below the rail's best
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
     if nccl is not None:
         from fabricops.verify import nccl_phase
 
-        vr.results.extend(nccl_phase.phase(run, expects, raws, nccl, say))
+        vr.results.extend(nccl_phase.phase(opts.launch or steps, expects, raws, nccl, say))
     vr.wall_s = time.monotonic() - t0
     return vr
 

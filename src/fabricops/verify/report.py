@@ -155,6 +155,8 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
         "hosts": list(run.hosts),
         "not_checked": not_checked,
         "wall_s": round(run.wall_s, 3),
+        # how the pair rounds and the NCCL phase ran: over SSH, or as job steps of one Slurm allocation
+        "launcher": getattr(run, "launcher", None) or {"kind": "ssh"},
         "summary": summary(run.results),
         "pairs": None
         if pr is None

@@ -255,6 +255,21 @@ class Fabric:
                 self._hosts[host] = self.runner.get_host(host)
             return self._hosts[host]
 
+    def share_connection(self, host: str, control_path: str) -> bool:
+        """Send every later command to ``host`` through one SSH connection: an OpenSSH ControlMaster
+        on ``control_path`` (testinfra's SSH backend passes ``-o ControlPath`` beside the
+        ControlMaster/ControlPersist options it always sets; the inventory's own ControlPath wins).
+        False where the host is not reached over SSH. The Slurm launcher's controller connection."""
+        try:
+            backend = self._host(host).backend
+        except Exception:
+            return False
+        extra = str(getattr(backend, "ssh_extra_args", "") or "").lower()
+        if not hasattr(backend, "controlpath") or "controlpath" in extra:
+            return False
+        backend.controlpath = control_path
+        return True
+
     def run(self, host: str, command: str, timeout: float = 60) -> Mapping[str, Any]:
         """Run ``command`` (a shell line) on ``host``; rc 124 when it exceeded ``timeout``."""
         wrapped = f"timeout -k 5 {int(timeout)} sh -c {shlex.quote(command)}"
