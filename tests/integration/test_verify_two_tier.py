@@ -7,7 +7,10 @@ port (4 IB leaves, 2 IB spines) and one 400GbE RoCE port (4 leaves, 2 spines, Cu
   (RoCE), a swapped cable; healthy again after each is cleared;
 - the switches are read (issue 35): a RoCE inter-switch link that trained at half width fails the run
   naming both switch ports, and on the healthy rack every RoCE ISL direction is proven by the bytes its
-  switch ports counted (no link left unproven).
+  switch ports counted (no link left unproven);
+- the scheduler's topology (issue 36): topology.conf from the cabling as built is what the real
+  slurmctld shows, a moved cable moves its node, and at 16 hosts (the rack grown by ``--hosts 16``
+  for that one test) slurmctld lists the 4 leaves, 2 spines and 16 nodes.
 
 The module swaps the shared lab for the two-tier rack and, when it ends, puts a fresh default rack
 back (the session's ``lab`` data updated in place), so a file that runs after it, in any order,
@@ -72,25 +75,28 @@ def bad(data) -> list[dict]:
     return [r for r in data["results"] if r["status"] not in ("pass", "skip")]
 
 
+def _install_ofed(ssh, host: str) -> None:
+    """The lab's default MLNX_OFED on ``host`` by its own installer, as a site's image build does."""
+    from fabricops.lab import paths
+
+    info = json.loads(paths.lab_json().read_text())["ofed"]
+    v = info["versions"][info["default_version"]]
+    ssh(
+        host,
+        f"cd /tmp && python3 -c \"import urllib.request as u; u.urlretrieve('{v['tgz_url']}', 'o.tgz')\" "
+        f"&& tar xzf o.tgz && {v['dir']}/mlnxofedinstall --force --skip-distro-check --without-fw-update"
+        " >/dev/null && /etc/init.d/openibd restart >/dev/null",
+        timeout=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def two_tier(lab, ssh, ansible_playbook):
     """The two-tier rack, OFED installed, RoCE lossless on hosts and on every leaf and spine port."""
-    from fabricops.lab import paths
-
     data = rebuild_lab(lab, "two-tier", HOSTS)
-    info = json.loads(paths.lab_json().read_text())["ofed"]
-    v = info["versions"][info["default_version"]]
-    def install(h):  # each host on its own: the eight installs wait on their hosts, not on each other
-        ssh(
-            h,
-            f"cd /tmp && python3 -c \"import urllib.request as u; u.urlretrieve('{v['tgz_url']}', 'o.tgz')\" "
-            f"&& tar xzf o.tgz && {v['dir']}/mlnxofedinstall --force --skip-distro-check --without-fw-update"
-            " >/dev/null && /etc/init.d/openibd restart >/dev/null",
-            timeout=300,
-        )
-
     with concurrent.futures.ThreadPoolExecutor(len(data["hosts"])) as pool:
-        list(pool.map(install, sorted(data["hosts"])))  # re-raises the first failure
+        # each host on its own: the eight installs wait on their hosts, not on each other
+        list(pool.map(lambda h: _install_ofed(ssh, h), sorted(data["hosts"])))  # re-raises the first failure
     for play in ("playbooks/roce_host.yml", "playbooks/switches.yml"):
         run = ansible_playbook(play, timeout=900)
         assert run.rc == 0, run.stdout[-4000:]
@@ -308,3 +314,34 @@ def test_a_cable_moved_to_another_leaf_moves_its_node_in_topology_conf(two_tier,
     assert _hosts(after["leaf4"]["Nodes"]) == ["gpu03", "gpu08"], after
     assert {s: f for s, f in after.items() if s not in ("leaf3", "leaf4")} == {
         s: f for s, f in before.items() if s not in ("leaf3", "leaf4")}
+
+
+def test_sixteen_hosts_topology_conf_is_accepted_with_every_leaf_spine_and_node(lab, ssh, tmp_path):
+    """The issue's scale: the two-tier rack grown to 16 hosts (``lab up --topology two-tier --hosts 16``,
+    4 hosts per leaf), its InfiniBand cabling read as built (ibnetdiscover on one host: the only one
+    that needs the diagnostics installed), and the file pushed to the real slurmctld, whose own
+    ``scontrol show topology`` lists the 4 leaves, the 2 spines and all 16 nodes. Last in the file: the
+    module's teardown (or the next file's fixture) puts the default rack back."""
+    n = 16
+    data = rebuild_lab(lab, "two-tier", n)
+    try:
+        assert len(data["hosts"]) == n
+        _install_ofed(ssh, "gpu01")
+        text = _topology(tmp_path)  # ibnetdiscover on the first host that has it: the whole fabric
+        p = _ctl("cat > /etc/slurm/topology.conf && scontrol reconfigure", stdin=text)
+        assert p.returncode == 0, p.stderr
+        shown = _ctl("scontrol show topology")
+        assert shown.returncode == 0, shown.stderr
+        tree = _switches(shown.stdout)
+        leaves = sorted(s for s, f in tree.items() if f["Level"] == "0")
+        assert leaves == [f"ib-leaf{i}" for i in range(1, 5)], shown.stdout
+        assert sorted(s for s, f in tree.items() if f["Level"] == "1") == ["ib-spine1", "ib-spine2"]
+        for i in range(1, 5):  # host h on ib-leaf ((h-1) % 4)+1 (topology-two-tier.yml, scaled)
+            want = [f"gpu{h:02d}" for h in range(i, n + 1, 4)]
+            assert _hosts(tree[f"ib-leaf{i}"]["Nodes"]) == want, shown.stdout
+        for spine in ("ib-spine1", "ib-spine2"):
+            assert _hosts(tree[spine]["Nodes"]) == [f"gpu{h:02d}" for h in range(1, n + 1)], shown.stdout
+        sinfo = _ctl("sinfo -h -N -o %N")
+        assert sorted(set(sinfo.stdout.split())) == [f"gpu{h:02d}" for h in range(1, n + 1)], sinfo.stdout
+    finally:
+        rebuild_lab(lab)
