@@ -404,7 +404,7 @@ def plan(
                     a.why, f"node {node} is not in Slurm (absent from scontrol show node): nothing to drain"
                 ),
             )
-        elif n.ours:
+        elif sl.ours(n):
             a.status, a.why = SKIPPED, _join(a.why, f"already drained by fabricops ({n.reason!r})")
         elif n.out_of_service:
             a.status, a.why = (
@@ -419,7 +419,7 @@ def plan(
     for h in sorted(_passes(v) - drain_hosts):
         node = node_of(h)
         n = nodes.get(node) if isinstance(node, str) else None
-        if n is None or not n.ours:
+        if n is None or not sl.ours(n):
             continue
         sl.check_node(node, f"host {h}: ")
         a = Action(

@@ -19,33 +19,24 @@ import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from fabricops.errors import BadInput, CouldNotRun
+from fabricops.parsers.slurm import NODE_NAME, SHOW_NODES, Node, check_node, parse_nodes
+
+__all__ = [
+    "NODE_NAME", "OWNED_PREFIX", "SHOW_NODES", "Node", "Runner", "Slurm", "check_node", "drain_argv",
+    "drain_reason", "local_runner", "ours", "parse_nodes", "resume_argv", "ssh_runner",
+]
 
 Runner = Callable[[list[str]], tuple[int, str, str]]
 
 #: the prefix of every drain reason fabricops writes; a node drained with another reason is not ours
 OWNED_PREFIX = "fabricops:"
-#: a Slurm node act may name: letters, digits, ``.``, ``_``, ``-``; no hostlist expression, no space
-NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: one word of a drain reason (a check, a host, a device such as mlx5_0/1, Eth1/4, an ISL name)
 REASON_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/<>@+,-]{0,99}$")
 REASON_MAX = 160
 TIMEOUT_S = 60
-
-SHOW_NODES = ["scontrol", "-o", "show", "node"]
-
-
-def check_node(name: Any, where: str = "") -> str:
-    if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
-        raise BadInput(
-            f"{where}Slurm node name {name!r} refused: a node name is letters, digits, '.', '_' "
-            "and '-' (at most 64), nothing else (slurm_node_name in the inventory)"
-        )
-    return name
-
 
 def drain_reason(check: str, *parts: str) -> str:
     """``fabricops: <check> <component words>``, each word validated; BadInput when one is not."""
@@ -74,79 +65,9 @@ def resume_argv(node: str) -> list[str]:
     return ["scontrol", "update", f"nodename={check_node(node)}", "state=resume"]
 
 
-@dataclass
-class Node:
-    name: str
-    state: str  #: the base state: IDLE, ALLOCATED, MIXED, DOWN, ...
-    flags: frozenset[str] = frozenset()  #: DRAIN, NOT_RESPONDING, ...
-    partitions: tuple[str, ...] = ()
-    reason: str = ""  #: without its ``[user@time]`` trailer
-    reason_by: str = ""  #: ``root@2026-12-06T12:00:00`` as scontrol prints it
-    fields: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def drained(self) -> bool:
-        return "DRAIN" in self.flags or self.state in ("DRAINED", "DRAINING")
-
-    @property
-    def down(self) -> bool:
-        return self.state in ("DOWN", "FAIL") or "FAIL" in self.flags
-
-    @property
-    def out_of_service(self) -> bool:
-        return self.drained or self.down
-
-    @property
-    def ours(self) -> bool:
-        """Drained by fabricops: its reason starts with the owned prefix."""
-        return self.drained and self.reason.startswith(OWNED_PREFIX)
-
-    @property
-    def state_text(self) -> str:
-        return "+".join([self.state, *sorted(self.flags)])
-
-
-#: a key of scontrol's key=value output: a word at the start or after white space
-_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
-_TRAILER = re.compile(r"^(.*?)\s*\[([^\[\]@\s]+@[^\[\]\s]+)\]\s*$")
-
-
-def _fields(record: str) -> dict[str, str]:
-    """key -> value of one node's record; a key seen again (inside a free-text reason) keeps the first."""
-    out: dict[str, str] = {}
-    keys = list(_KEY.finditer(record))
-    for i, m in enumerate(keys):
-        end = keys[i + 1].start() if i + 1 < len(keys) else len(record)
-        out.setdefault(m.group(1), record[m.end() : end].strip())
-    return out
-
-
-def parse_nodes(text: str) -> dict[str, Node]:
-    """Node name -> :class:`Node` from ``scontrol show node`` (``-o`` or not). Text that holds no
-    ``NodeName=`` record but is not empty is not scontrol's output (BadInput)."""
-    records: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("NodeName="):
-            records.append(line)
-        elif line.strip() and records and line[:1].isspace():
-            records[-1] += " " + line.strip()
-        elif line.strip() and not records:
-            raise BadInput(f"not scontrol show node output: expected NodeName=..., got {line.strip()[:60]!r}")
-    nodes: dict[str, Node] = {}
-    for rec in records:
-        f = _fields(rec)
-        name = f.get("NodeName", "")
-        state_words = [w for w in re.split(r"[+]", f.get("State", "UNKNOWN").upper()) if w]
-        base = state_words[0].rstrip("*~#%$@!^-") if state_words else "UNKNOWN"
-        reason, by = f.get("Reason", ""), ""
-        m = _TRAILER.match(reason)
-        if m:
-            reason, by = m.group(1), m.group(2)
-        if reason in ("(null)", "None"):
-            reason = ""
-        parts = tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)")
-        nodes[name] = Node(name, base, frozenset(state_words[1:]), parts, reason, by, f)
-    return nodes
+def ours(node: Node) -> bool:
+    """Drained by fabricops: drained, and its reason starts with the owned prefix."""
+    return node.drained and node.reason.startswith(OWNED_PREFIX)
 
 
 def local_runner(argv: list[str]) -> tuple[int, str, str]:

@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fabricops.act.slurm import NODE_NAME, SHOW_NODES, check_node, parse_nodes
 from fabricops.errors import BadInput, CouldNotRun
+from fabricops.parsers.slurm import NODE_NAME, SHOW_NODES, check_node, parse_nodes
 
 #: (argv, timeout_s) -> (rc, stdout, stderr): where Slurm's commands run
 Exec = Callable[[list[str], float], tuple[int, str, str]]

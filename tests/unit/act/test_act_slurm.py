@@ -16,7 +16,7 @@ def test_parse_a_real_scontrol_show_node():
     nodes = sl.parse_nodes(read_fixture("slurm-scontrol-show-node", "irush-cs-slurm-17.11.txt"))
     assert list(nodes) == ["cortex-01", "dumfries-002", "oxygen-04", "cricket"]
     ox = nodes["oxygen-04"]
-    assert (ox.state, ox.flags, ox.drained, ox.ours) == ("IDLE", frozenset({"DRAIN"}), True, False)
+    assert (ox.state, ox.flags, ox.drained, sl.ours(ox)) == ("IDLE", frozenset({"DRAIN"}), True, False)
     assert ox.reason == "memory issues?" and ox.reason_by == "root@2019-01-29T10:42:12"
     assert ox.partitions == ("short", "medium", "long", "killable")
     assert ox.fields["OS"] == "Linux 4.14.61-aufs-1 #1 SMP Tue Aug 7 18:13:22 IDT 2018"
@@ -43,8 +43,8 @@ def test_the_one_line_form_reads_the_same():
     assert [(n.name, n.state, n.flags, n.reason) for n in one.values()] == [
         (n.name, n.state, n.flags, n.reason) for n in multi.values()
     ]
-    assert one["gpu01"].ours and one["gpu01"].reason == "fabricops: hca_port gpu01 mlx5_0/1"
-    assert one["gpu02"].down and not one["gpu02"].ours
+    assert sl.ours(one["gpu01"]) and one["gpu01"].reason == "fabricops: hca_port gpu01 mlx5_0/1"
+    assert one["gpu02"].down and not sl.ours(one["gpu02"])
 
 
 def test_a_reason_cannot_forge_the_state_or_the_prefix():
@@ -53,7 +53,7 @@ def test_a_reason_cannot_forge_the_state_or_the_prefix():
         "[root@2026-12-06T12:00:00]\n"
     )
     n = sl.parse_nodes(text)["gpu01"]
-    assert n.drained and not n.ours and n.reason == "x"
+    assert n.drained and not sl.ours(n) and n.reason == "x"
 
 
 def test_text_that_is_not_scontrol_output_is_refused():

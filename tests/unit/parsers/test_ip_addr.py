@@ -69,7 +69,7 @@ def test_empty_link_objects_are_skipped():
 
 
 def _interfaces():
-    from test_ipoib_plan import FACTS, PLAN
+    from unit.test_ipoib_plan import FACTS, PLAN
 
     return host_interfaces("gpu03", plan=PLAN, host_index=13, facts=FACTS), FACTS["netdevs"]
 
