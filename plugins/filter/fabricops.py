@@ -25,6 +25,7 @@ else:
 _errors = LazyModule("fabricops.errors")
 _ipoib = LazyModule("fabricops.ipoib")
 _nccl = LazyModule("fabricops.nccl")
+_platforms = LazyModule("fabricops.platforms")
 _validate = LazyModule("fabricops.validate")
 
 
@@ -227,6 +228,22 @@ def unsafe_role_vars(names, values=None):
     return _validate.role_errors(pairs)
 
 
+def platform_refusal(ansible_facts, role, allow_untested=False):
+    """'' when ROLE supports this host; else one sentence (fabricops.platforms, the one table).
+
+    ``ansible_facts | fabricops.fabric.platform_refusal('ipoib', fabricops_allow_untested_platform
+    | default(false))``; ``allow_untested`` as a string from ``-e`` ("false") is read as Ansible does."""
+    _need_package()
+    try:
+        allow = boolean(allow_untested, strict=True) if allow_untested is not None else False
+    except TypeError as exc:
+        raise AnsibleFilterError(f"fabricops_allow_untested_platform: {exc}") from None
+    try:
+        return _platforms.refusal(str(role), _plain(ansible_facts) or {}, allow)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -240,4 +257,5 @@ class FilterModule:
             "ipoib_conflicts": ipoib_conflicts,
             "ipoib_pending": ipoib_pending,
             "unsafe_role_vars": unsafe_role_vars,
+            "platform_refusal": platform_refusal,
         }
