@@ -419,7 +419,7 @@ REFUSED = {"gpudirect": "gpudirect_module", "roce_host": "roce_host_config_path"
 def test_roles_refuse_before_anything_runs(tmp_path):
     """One play includes every role with one bad value (check mode, local connection): each fails at
     its first task with the variable named, and no other task of the role runs (its platform check
-    comes after it, tests/unit/test_platforms.py)."""
+    comes after it, tests/unit/test_host_platforms.py)."""
     tasks = []
     for role, bad in BAD.items():
         tasks.append({

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # SPDX-License-Identifier: Apache-2.0
 """Test-only module: returns the given dict as ``ansible_facts`` (a host that says it is SLES,
-Rocky or Ubuntu, for tests/unit/test_platforms.py's real play against the roles)."""
+Rocky or Ubuntu, for tests/unit/test_host_platforms.py's real play against the roles)."""
 
 from __future__ import annotations
 
