@@ -218,9 +218,7 @@ def slurm_steps(stack: contextlib.ExitStack, fabric, hostvars, args, say, warn):
     first = hostvars.get(fabric.hosts[0]) or {}
     settings = slurm.settings_of(first)
     nodes = slurm.node_names(fabric.hosts, hostvars)
-    exec_, where, controller = slurm.controller_of(fabric, args.slurm_local)
-    if controller is not None:
-        stack.enter_context(slurm.shared_connection(fabric, controller))
+    exec_, where, _ = slurm.controller_of(fabric, args.slurm_local)
     say(f"slurm: allocating {', '.join(nodes.values())} on {where}")
     alloc = stack.enter_context(slurm.held(slurm.allocate(exec_, where, nodes, settings), warn))
     say(f"slurm: job {alloc.job}: pair rounds and NCCL as its job steps (host and GPU checks over SSH)")
@@ -271,6 +269,7 @@ def cmd_verify(args) -> int:
             print(f"fabricops verify: {msg}", file=sys.stderr)
 
     with contextlib.ExitStack() as stack:
+        stack.callback(fabric.close)  # last: the Slurm allocation is cancelled over its connection
         alloc = None
         if launcher == "slurm" and args.only in (None, "pairs", "nccl"):
             alloc = slurm_steps(stack, fabric, hostvars, args, out.line, warn)

@@ -34,7 +34,6 @@ import secrets
 import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -340,27 +339,7 @@ def srun_template(template: str) -> bool:
     return bool(words) and words[0].rsplit("/", 1)[-1] == "srun"
 
 
-# --- the controller connection -------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def shared_connection(fabric: Any, host: str) -> Iterator[bool]:
-    """Every command to ``host`` through one SSH connection (an OpenSSH ControlMaster on a socket in a
-    private directory), closed at the end (``ssh -O exit``). Yields whether sharing was set up (the
-    transport may not offer it: then each command opens its own connection, as on the SSH launcher)."""
-    d = tempfile.mkdtemp(prefix="fo-ctl-")
-    path = f"{d}/m"
-    shared = bool(getattr(fabric, "share_connection", None)) and fabric.share_connection(host, path)
-    try:
-        yield shared
-    finally:
-        if shared:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "fabricops-controller"],
-                               capture_output=True, stdin=subprocess.DEVNULL, timeout=10)
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
+# --- the controller -------------------------------------------------------------------------------
 
 
 def controller_of(fabric: Any, local: bool) -> tuple[Exec, str, str | None]:

@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import copy
 import os
 import re
 import secrets
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -200,6 +206,24 @@ def select_hosts(get_hosts: Callable[[str], list[str]], limit: str) -> list[str]
     return [h for h in include if h not in exclude and all(h in n for n in narrow)]
 
 
+#: A Unix socket's path holds 107 bytes, and OpenSSH first binds the master's socket under the path
+#: plus a 17-character random suffix (mux.c, muxserver_listen): longer paths are not shared.
+CONTROL_PATH_MAX = 90
+
+
+def stop_masters(directory: str) -> None:
+    """``ssh -O exit`` for every ControlMaster socket in ``directory``, then remove it."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []
+    for name in names:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["ssh", "-o", f"ControlPath={os.path.join(directory, name)}", "-O", "exit",
+                            "fabricops-host"], capture_output=True, stdin=subprocess.DEVNULL, timeout=10)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 class Fabric:
     """The hosts of an inventory, their variables, and ``run(host, command, timeout)``."""
 
@@ -221,6 +245,8 @@ class Fabric:
             raise TransportError(f"no host matches {limit!r} in the inventory {inventory or '(default)'}")
         self._lock = threading.Lock()
         self._hosts: dict[str, Any] = {}
+        self._ctl_dir: str | None = None
+        self._masters: Callable[[], Any] = lambda: None
 
     def hostvars(self, host: str) -> dict[str, Any]:
         return dict(self.runner.get_variables(host))
@@ -252,23 +278,48 @@ class Fabric:
     def _host(self, host: str) -> Any:
         with self._lock:
             if host not in self._hosts:
-                self._hosts[host] = self.runner.get_host(host)
+                self._hosts[host] = self._shared(self.runner.get_host(host))
             return self._hosts[host]
 
-    def share_connection(self, host: str, control_path: str) -> bool:
-        """Send every later command to ``host`` through one SSH connection: an OpenSSH ControlMaster
-        on ``control_path`` (testinfra's SSH backend passes ``-o ControlPath`` beside the
-        ControlMaster/ControlPersist options it always sets; the inventory's own ControlPath wins).
-        False where the host is not reached over SSH. The Slurm launcher's controller connection."""
-        try:
-            backend = self._host(host).backend
-        except Exception:
-            return False
-        extra = str(getattr(backend, "ssh_extra_args", "") or "").lower()
-        if not hasattr(backend, "controlpath") or "controlpath" in extra:
-            return False
-        backend.controlpath = control_path
-        return True
+    def _shared(self, h: Any) -> Any:
+        """Every command to this host through one SSH connection: an OpenSSH ControlMaster on a socket
+        in a private directory (mkdtemp, 0700) that :meth:`close` (or the exit) ends.
+
+        testinfra's SSH backend asks for ControlMaster=auto and ControlPersist (or passes ansible.cfg's
+        ssh_args, which do) but names no ControlPath, and without one OpenSSH does not multiplex: each
+        command paid a key exchange and a login (205 connections, 40 % of a 4-host verify's CPU).
+        Left alone: a host not reached over SSH, a ControlPath that the inventory or ansible.cfg
+        names, ControlMaster=no, and a master without ControlPersist (it would hold its first command).
+        """
+        backend = getattr(h, "backend", None)
+        if backend is None or not hasattr(backend, "controlpath") or backend.controlpath:
+            return h
+        extra = " ".join(str(getattr(backend, "ssh_extra_args", "") or "").lower().split())
+        if "controlmaster" in extra:  # ansible.cfg's ssh_args (Ansible's default has both) or the inventory's
+            if "controlpersist" not in extra or re.search(r"controlmaster[ =]+no\b", extra):
+                return h
+        elif not getattr(backend, "controlpersist", 0):
+            return h
+        if "controlpath" in extra:
+            return h
+        if self._ctl_dir is None:
+            self._ctl_dir = tempfile.mkdtemp(prefix="fo-ssh-")
+            self._masters = weakref.finalize(self, stop_masters, self._ctl_dir)
+        path = os.path.join(self._ctl_dir, str(len(self._hosts)))
+        if len(path) > CONTROL_PATH_MAX:
+            return h
+        # testinfra caches one Host per spec for the whole process: a copy, so that another Fabric
+        # (act reads several inventories) never inherits this one's socket after close()
+        mine = copy.copy(backend)
+        mine.controlpath = path
+        shared = type(h)(mine)
+        mine.set_host(shared)
+        return shared
+
+    def close(self) -> None:
+        """End the SSH connections this object opened (also done when it is collected or the
+        program exits)."""
+        self._masters()
 
     def run(self, host: str, command: str, timeout: float = 60) -> Mapping[str, Any]:
         """Run ``command`` (a shell line) on ``host``; rc 124 when it exceeded ``timeout``."""

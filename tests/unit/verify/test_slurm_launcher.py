@@ -309,7 +309,7 @@ class CliFabric:
         self.hosts = list(HOSTS)
         self.fake = FakeFabric(bad=CliFabric.bad)
         self.ctl = FakeSlurm(self.fake.run)
-        self.shared = []
+        self.closed = False
         self.runner = type("R", (), {"get_hosts": lambda _s, g: ["ctl"] if g == "slurm_controller" else []})()
         CliFabric.instances.append(self)
 
@@ -328,9 +328,8 @@ class CliFabric:
     def switch_reader(self, _roce):
         return None
 
-    def share_connection(self, host, path):
-        self.shared.append(host)
-        return False
+    def close(self):
+        self.closed = True
 
 
 @pytest.mark.parametrize("bad", [None, "gpu03"])
@@ -355,7 +354,7 @@ def test_the_cli_gives_the_same_report_through_both_launchers(bad, tmp_path, mon
     assert ssh["launcher"] == {"kind": "ssh"} and not f_ssh.ctl.calls
     assert by_slurm["launcher"]["kind"] == "slurm" and by_slurm["launcher"]["job"] == "42"
     assert by_slurm["launcher"]["steps"] == len(f_slurm.ctl.srun()) > 0
-    assert f_slurm.shared == ["ctl"] and f_slurm.ctl.scancel() == [["scancel", "42"]]
+    assert f_slurm.ctl.scancel() == [["scancel", "42"]] and f_ssh.closed and f_slurm.closed
 
 
 def test_the_cli_refuses_a_drained_node_with_exit_4_and_no_verdict(tmp_path, monkeypatch, capsys):
