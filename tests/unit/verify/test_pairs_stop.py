@@ -154,6 +154,23 @@ def test_a_stop_file_ends_the_client_retries_with_its_last_output(refused):
     assert not client_dir.exists()  # the client cleans up after itself
 
 
+def test_a_stop_sent_before_the_client_started_still_ends_it_after_one_attempt(refused):
+    """The server failed within server_start_s (its port is down) and the engine stopped the client
+    before the client had made its directory: the stop waits for it, the client tries once (its
+    output is still perftest's) and cleans up."""
+    tmp, env = refused
+    token = pairs.new_token()
+    subprocess.run(["sh", "-c", pairs.stop_client_command(token)], check=True, timeout=20)
+    client_dir = tmp / f"fabricops-verify-client.{token}"
+    assert stat.S_IMODE(client_dir.stat().st_mode) == 0o700 and (client_dir / "stop").exists()
+    cmd = pairs.client_command("ib_write_bw", "mlx5_0/1", 18515, "10.0.0.3",
+                               dict(OPTS, connect_retries=10_000), token=token)
+    out = subprocess.run(["sh", "-c", cmd], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "Couldn't connect" in out.stdout
+    assert len((tmp / "attempts").read_text().split()) == 1
+    assert not client_dir.exists()
+
+
 def test_a_planted_client_directory_is_not_written_through(refused):
     """Someone else's directory (or a symlink) under the client's name: the stop writes nothing
     there, and the client still ends by its retry count."""
