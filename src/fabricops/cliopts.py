@@ -237,9 +237,10 @@ def ansible_error(stderr: str) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def read_inventory(inventory: str | None) -> None:
+def read_inventory(inventory: str | None) -> dict:
     """Parse the inventory with ``ansible-inventory --list`` (strictly): a missing, broken or empty
-    inventory is "could not run" with ansible's own reason, before any host is contacted."""
+    inventory is "could not run" with ansible's own reason, before any host is contacted. Returns the
+    parsed inventory, which verify's transport takes instead of parsing it a second time."""
     import subprocess
 
     check_inventory(inventory)
@@ -268,6 +269,7 @@ def read_inventory(inventory: str | None) -> None:
             hosts.update(body.get("hosts") or [])
     if not hosts:
         raise CouldNotRun(f"the inventory {where} has no hosts: nothing to check")
+    return data
 
 
 def check_inventory(inventory: str | None) -> None:

@@ -185,9 +185,9 @@ def inventory_access(args: Any) -> tuple[Callable[[str], str], Runner, str]:
     """(host -> Slurm node name, the runner of Slurm's commands, where they run) from the inventory."""
     from fabricops.verify.transport import Fabric
 
-    cliopts.read_inventory(args.inventory)
+    parsed = cliopts.read_inventory(args.inventory)
     try:
-        fabric = Fabric(args.inventory, "all")
+        fabric = Fabric(args.inventory, "all", parsed=parsed)
     except FabricopsError as exc:
         raise CouldNotRun(str(exc)) from None
 

@@ -103,9 +103,9 @@ def cmd_diagnose(args) -> int:
     else:
         from fabricops.verify.transport import Fabric
 
-        cliopts.read_inventory(args.inventory)
+        parsed = cliopts.read_inventory(args.inventory)
         try:
-            fabric = Fabric(args.inventory, pattern)
+            fabric = Fabric(args.inventory, pattern, parsed=parsed)
         except FabricopsError as exc:
             raise CouldNotRun(str(exc)) from None
         hosts = list(fabric.hosts)

@@ -75,9 +75,9 @@ def open_inventory(inventory: str | None, limit: str) -> Any:
     from fabricops import cliopts
     from fabricops.verify.transport import Fabric
 
-    cliopts.read_inventory(inventory)
+    parsed = cliopts.read_inventory(inventory)
     try:
-        return Fabric(inventory, limit)
+        return Fabric(inventory, limit, parsed=parsed)
     except FabricopsError as exc:
         raise CouldNotRun(str(exc)) from None
 

@@ -232,13 +232,13 @@ def cmd_verify(args) -> int:
     from fabricops.verify.transport import Fabric
 
     cliopts.check_outputs(args)
-    cliopts.read_inventory(args.inventory)
+    parsed = cliopts.read_inventory(args.inventory)
     check_profile(args.profile)
     extra = cliopts.extra_vars(args.extra_vars)
     out = cliopts.Progress(cliopts.progress_wanted(args))
     baseline = load_baseline(args.counters_baseline) if args.counters_baseline else None
     try:
-        fabric = Fabric(args.inventory, args.limit)
+        fabric = Fabric(args.inventory, args.limit, parsed=parsed)
     except FabricopsError as exc:
         raise CouldNotRun(str(exc)) from None
     hostvars = {h: {**fabric.hostvars(h), **extra} for h in fabric.hosts}

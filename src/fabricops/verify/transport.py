@@ -227,7 +227,9 @@ def stop_masters(directory: str) -> None:
 class Fabric:
     """The hosts of an inventory, their variables, and ``run(host, command, timeout)``."""
 
-    def __init__(self, inventory: str | None = None, limit: str = "gpu_hosts"):
+    def __init__(self, inventory: str | None = None, limit: str = "gpu_hosts", parsed: dict | None = None):
+        """``parsed``: the inventory as ``ansible-inventory --list`` printed it (cliopts.read_inventory
+        read it strictly already; testinfra would run ansible-inventory again, 0.7 s of CPU)."""
         _path_with_venv()
         try:
             from testinfra.utils.ansible_runner import AnsibleRunner
@@ -235,6 +237,8 @@ class Fabric:
             raise TransportError(f"pytest-testinfra is required for verify: {exc}") from None
         self.inventory = inventory
         self.runner = AnsibleRunner(inventory)
+        if parsed is not None:
+            self.runner.__dict__["inventory"] = parsed  # testinfra's cached_property, filled
         try:
             self.hosts = select_hosts(self.runner.get_hosts, limit)
         except Exception as exc:

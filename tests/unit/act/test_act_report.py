@@ -180,7 +180,7 @@ def test_no_controller_in_the_inventory_is_could_not_run(monkeypatch):
             return []
 
     class FakeFabric:
-        def __init__(self, inventory, limit):
+        def __init__(self, inventory, limit, parsed=None):
             self.runner = Inv()
 
         def inventory_vars(self, host):

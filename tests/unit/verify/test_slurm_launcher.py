@@ -305,7 +305,7 @@ class CliFabric:
     bad: ClassVar[str | None] = None
     launcher: ClassVar[str] = "ssh"
 
-    def __init__(self, inventory=None, limit="gpu_hosts"):
+    def __init__(self, inventory=None, limit="gpu_hosts", parsed=None):
         self.hosts = list(HOSTS)
         self.fake = FakeFabric(bad=CliFabric.bad)
         self.ctl = FakeSlurm(self.fake.run)

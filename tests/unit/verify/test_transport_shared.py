@@ -149,3 +149,18 @@ def test_a_socket_path_too_long_for_a_unix_socket_is_not_shared(tmp_path, monkey
     assert fab.run("gpu01", "echo ok")["stdout"] == "ok\n"
     assert _control_paths(fake_ssh()) == [None]
     fab.close()
+
+
+def test_the_inventory_read_strictly_once_is_not_read_again(tmp_path, monkeypatch):
+    """The CLIs parse the inventory strictly first (cliopts.read_inventory); the transport takes that
+    parse instead of running ansible-inventory a second time (0.7 s of CPU a command)."""
+    from fabricops import cliopts
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(json.dumps({"gpu_hosts": {"hosts": {"gpu01": {"ansible_host": "192.0.2.1"}}}}))
+    parsed = cliopts.read_inventory(str(inv))
+    assert parsed["_meta"]["hostvars"]["gpu01"]["ansible_host"] == "192.0.2.1"
+    parsed["gpu_hosts"]["hosts"].append("gpu02")  # what the file does not say: only the parse knows it
+    parsed["_meta"]["hostvars"]["gpu02"] = {"ansible_host": "192.0.2.2"}
+    fab = Fabric(str(inv), "gpu_hosts", parsed=parsed)
+    assert fab.hosts == ["gpu01", "gpu02"] and fab.hostvars("gpu02")["ansible_host"] == "192.0.2.2"
