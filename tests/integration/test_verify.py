@@ -70,8 +70,9 @@ def converged(lab, ansible_playbook):
     # rack is brought up: the default batches of one host ran the four hosts' phases one after another
     # (45 s each); the rollout's batches and budget are test_site_drift's and test_host_faults' subject
     first = ansible_playbook(
-        "site.yml", "--skip-tags", "verify", "-e", "fabricops_serial=100%", "-e", "fabricops_switch_serial=100%",
-        "-e", "mlnx_ofed_allow_restart=true", "-e", "ipoib_allow_restart=true", timeout=1800,
+        "site.yml", "--skip-tags", "verify", "-e", "fabricops_serial=100%",
+        "-e", "fabricops_switch_serial=100%", "-e", "mlnx_ofed_allow_restart=true",
+        "-e", "ipoib_allow_restart=true", timeout=1800,
     )
     assert first.rc == 0, first.stdout[-4000:] + first.stderr[-2000:]
     assert {"gpu01", "gpu02", "gpu03", "gpu04", "leaf-onyx", "leaf-cumulus"} <= set(first.hosts)
