@@ -9,6 +9,8 @@ copies inside the collection (which carries no ``src/``). The logic is fabricops
 
 from __future__ import annotations
 
+import base64
+
 from ansible.errors import AnsibleFilterError
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
@@ -45,6 +47,29 @@ def package_stale(files, probe, lib_dir):
     return _ship.stale(files, probe or "", str(lib_dir))
 
 
+def package_payload(files):
+    """package_files' (or package_stale's) entries -> ``[{path, content}]`` for
+    fabricops.fabric.install_files: each file's bytes read here, on the controller, base64-encoded."""
+    entries = files if isinstance(files, list) else [None]
+    if not all(isinstance(f, dict) and {"path", "src"} <= set(f) for f in entries):
+        raise AnsibleFilterError(
+            "package_payload: the input must be the list package_files or package_stale gives."
+        )
+    out = []
+    for f in files:
+        try:
+            with open(f["src"], "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise AnsibleFilterError(f"package_payload: cannot read {f['src']}: {exc.strerror}") from None
+        out.append({"path": f["path"], "content": base64.b64encode(data).decode("ascii")})
+    return out
+
+
 class FilterModule:
     def filters(self):
-        return {"package_files": package_files, "package_stale": package_stale}
+        return {
+            "package_files": package_files,
+            "package_stale": package_stale,
+            "package_payload": package_payload,
+        }
