@@ -46,10 +46,16 @@ def _skip(args) -> tuple[str, ...]:
 
 # A check run changes nothing, so the rolling rollout's batches and failure budget only cost time
 # (one host at a time by default) and hide hosts: a failed host would end the run before the next
-# batch was checked. Check runs take every host in one batch with no budget; --fix applies with the
-# inventory's own fabricops_serial and fabricops_max_fail_percentage. These come before the user's
-# -e, which wins (a later -e overrides an earlier one).
-CHECK_EXTRA_VARS = ("fabricops_serial=100%", "fabricops_max_fail_percentage=100")
+# batch was checked. Check runs take every host in one batch with no budget, and every switch in one
+# batch (a failing switch ends the switch play either way: switches.yml has no failure budget); --fix
+# applies with the inventory's own fabricops_serial, fabricops_max_fail_percentage and
+# fabricops_switch_serial. These come before the user's -e, which wins (a later -e overrides an
+# earlier one).
+CHECK_EXTRA_VARS = (
+    "fabricops_serial=100%",
+    "fabricops_max_fail_percentage=100",
+    "fabricops_switch_serial=100%",
+)
 
 
 def _run(args, check: bool, artifacts, targets, out, label: str) -> drift_report.DriftReport:
