@@ -30,10 +30,10 @@ from fabricops.monitor import collector
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = {
-    # role -> (task file, loop var of its copy task, entry module, launcher template)
-    "roce_host": ("persist.yml", "__roce_host_lib_file", "fabricops.hostside.roce_boot",
+    # role -> (task file, the prefix of its variables, entry module, launcher template)
+    "roce_host": ("persist.yml", "__roce_host", "fabricops.hostside.roce_boot",
                   "fabricops-roce-qos-launcher.j2"),
-    "fabric_monitor": ("configure.yml", "__fabric_monitor_lib_file", "fabricops.monitor.collector",
+    "fabric_monitor": ("configure.yml", "__fabric_monitor", "fabricops.monitor.collector",
                        "fabricops-collector-launcher.j2"),
 }
 CNP = f"/sys/class/net/{NETDEV}/ecn/roce_np/cnp_802p_prio"
@@ -159,16 +159,17 @@ def _tasks(role):
 
 @pytest.mark.parametrize("role", sorted(ROLES))
 def test_the_role_ships_the_package_files_byte_for_byte(role):
-    _, loop_var, entry, launcher = ROLES[role]
+    _, pre, entry, launcher = ROLES[role]
     tasks = _tasks(role)
     facts = [t["ansible.builtin.set_fact"] for t in tasks if "ansible.builtin.set_fact" in t]
     exprs = [" ".join(v.split()) for f in facts for v in f.values()
              if isinstance(v, str) and "package_files" in v]
     assert len(exprs) == 1 and exprs[0].startswith(f"{{{{ '{entry}' | fabricops.fabric.package_files")
-    (copy,) = [t for t in tasks if t.get("loop_control", {}).get("loop_var") == loop_var]
-    assert copy["ansible.builtin.copy"]["src"] == f"{{{{ {loop_var}.src }}}}"
-    # only what the one read of the installed copy found stale (package_stale) is copied
-    assert copy["loop"].startswith("{{ __") and copy["loop"].endswith("_lib_stale.files }}")
+    # only what the one read of the installed copy found stale (package_stale) is installed, the
+    # bytes read on the controller (package_payload), in one module run
+    (install,) = [t["fabricops.fabric.install_files"] for t in tasks if "fabricops.fabric.install_files" in t]
+    assert install["files"] == f"{{{{ {pre}_lib_stale.files | fabricops.fabric.package_payload }}}}"
+    assert install["root"] == f"{{{{ {pre}_lib_dir }}}}"
     # the launcher is written once (by one fabricops.fabric.templates entry)
     srcs = [f["src"] for t in tasks for f in t.get("fabricops.fabric.templates", {}).get("files", [])]
     assert srcs.count(launcher) == 1

@@ -107,7 +107,9 @@ def test_the_roles_read_with_the_format_the_comparison_parses(role):
     facts = [t["ansible.builtin.set_fact"] for t in tasks if "ansible.builtin.set_fact" in t]
     (stale,) = [f[f"{pre}_lib_stale"] for f in facts if f"{pre}_lib_stale" in f]
     assert f"package_stale({register}.commands.lib.stdout," in " ".join(stale.split())
-    # the copy and the directories loop over what the comparison found, nothing else
-    loops = {t.get("loop_control", {}).get("loop_var"): t["loop"] for t in tasks if "loop" in t}
-    assert loops[f"{pre}_lib_file"] == f"{{{{ {pre}_lib_stale.files }}}}"
-    assert loops[f"{pre}_lib_subdir"] == f"{{{{ {pre}_lib_stale.dirs }}}}"
+    # the one install writes what the comparison found, nothing else, and is skipped when it found nothing
+    (install,) = [t for t in tasks if "fabricops.fabric.install_files" in t]
+    args = install["fabricops.fabric.install_files"]
+    assert args["files"] == f"{{{{ {pre}_lib_stale.files | fabricops.fabric.package_payload }}}}"
+    assert args["dirs"] == f"{{{{ {pre}_lib_stale.dirs }}}}" and args["root"] == f"{{{{ {pre}_lib_dir }}}}"
+    assert install["when"] == (f"{pre}_lib_stale.dirs | length > 0 or {pre}_lib_stale.files | length > 0")
