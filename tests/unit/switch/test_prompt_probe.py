@@ -39,6 +39,8 @@ class SlowCli:
 
     def __init__(self, tmp_path):
         self.lines: list[str] = []
+        self.caught_up = 0
+        self.stall = False  # the next empty line's prompt after 1 s, the ones typed meanwhile at once
         self.key = str(tmp_path / "hostkey")
         asyncssh.generate_private_key("ssh-ed25519").write_private_key(self.key)
         self.loop = asyncio.new_event_loop()
@@ -62,6 +64,14 @@ class SlowCli:
                     break
                 if line.strip():
                     process.stdout.write("".join(f"{ln}\r\n" for ln in SHOW) + PROMPT)
+                elif self.caught_up:  # typed while the switch was busy: answered at once
+                    self.caught_up -= 1
+                    process.stdout.write(PROMPT)
+                elif self.stall:  # a switch busy for a second, then catching up on what was typed
+                    self.stall = False
+                    await asyncio.sleep(1.0)
+                    self.caught_up = 1
+                    process.stdout.write(PROMPT)
                 else:
                     await asyncio.sleep(0.3)  # the busy switch: the echo now, the prompt later
                     process.stdout.write(PROMPT)
@@ -162,3 +172,28 @@ def test_prompt_end_matches_both_oses_prompts_and_not_a_partial_one():
 def test_an_unknown_device_type_is_one_sentence():
     with pytest.raises(ValueError, match="unsupported netmiko device_type 'nope'"):
         netmiko_connect(device_type="nope", host="127.0.0.1")
+
+
+def test_a_newline_typed_ahead_of_a_busy_switch_does_not_double_the_prompt(cli):
+    """netmiko's login sends a newline unasked; a switch busy at that moment answers it late,
+    together with the next probe's newline. Both newlines were echoed when they arrived, so the two
+    prompts land on one line (``P P``): the prompt is still ``P``, and the command is read whole.
+    Without :func:`~fabricops.switch.transport.one_prompt` the command waits for ``P P`` and its read
+    times out."""
+    from fabricops.switch.transport import one_prompt
+
+    conn = netmiko_connect(**cli.params())
+    try:
+        cli.stall = True
+        conn.write_channel(conn.RETURN)  # the stray newline, its prompt a second late
+        out = conn.send_command("show running-config", read_timeout=5)  # probes the prompt first
+        prompt = conn.find_prompt()
+    finally:
+        with contextlib.suppress(Exception):
+            conn.disconnect()
+    assert out.splitlines() == SHOW, out
+    assert prompt == PROMPT.strip()
+    assert one_prompt("P # P #") == "P #"
+    assert one_prompt("  sw [standalone: master] # sw [standalone: master] # ") == "sw [standalone: master] #"
+    assert one_prompt("cumulus@sw:mgmt:~$ cumulus@sw:mgmt:~$") == "cumulus@sw:mgmt:~$"
+    assert one_prompt("sw [standalone: master] (config) #") == "sw [standalone: master] (config) #"
