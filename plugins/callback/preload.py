@@ -30,7 +30,7 @@ description:
     and the ansible-core action plugins every role runs, once, in the ansible-playbook process, so
     the worker forked for each task and host finds them loaded instead of importing them again.
   - Prints nothing; changes no result.
-version_added: 0.5.0
+version_added: 0.1.0
 author: fabricops developers (@fabricops)
 requirements:
   - enable in ansible.cfg with C(callbacks_enabled = fabricops.fabric.preload)

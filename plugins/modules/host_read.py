@@ -20,7 +20,7 @@ description:
     C(failed_when=false); a command that exits non-zero, or that is not installed, does not fail the
     task.
   - Changes nothing; runs the same in check mode.
-version_added: 0.4.0
+version_added: 0.1.0
 author: fabricops developers (@fabricops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

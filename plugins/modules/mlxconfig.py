@@ -20,7 +20,7 @@ description:
   - Only declared keys are managed; every other setting is left as it is. A key the device does not
     show in C(mlxconfig -e q) is refused before anything is set.
   - In check mode only the read runs; C(changed), RV(commands) and the diff say what would be set.
-version_added: 0.2.0
+version_added: 0.1.0
 author: fabricops developers (@fabricops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

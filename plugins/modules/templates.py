@@ -19,7 +19,7 @@ description:
     run instead of 2N.
   - On an ansible-core older than 2.19 every file goes to M(ansible.builtin.template) (the same
     result, without the saving).
-version_added: 0.4.0
+version_added: 0.1.0
 author: fabricops developers (@fabricops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
