@@ -10,9 +10,11 @@ Other roles may add their filters here.
 from __future__ import annotations
 
 import importlib
+import os
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.utils.display import Display
 from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import LazyModule, missing_package
 
 try:
@@ -228,6 +230,20 @@ def unsafe_role_vars(names, values=None):
     return _validate.role_errors(pairs)
 
 
+def warn_unknown_role_vars(names, role_path):
+    """``names`` unchanged; one warning per name the role at ``role_path`` does not declare.
+
+    ``query('ansible.builtin.varnames', '^ROLE_') | fabricops.fabric.warn_unknown_role_vars(role_path)``
+    in a role's first task: a misspelt variable (``mlnx_ofed_allow_restrat: true``) would otherwise
+    be ignored without a word. The warning names no host, so Ansible prints it once per run."""
+    _need_package()
+    names = [str(n) for n in (names or [])]
+    role = os.path.basename(str(role_path).rstrip("/"))
+    for sentence in _validate.unknown_role_vars(role, names, _validate.role_known_vars(str(role_path))):
+        Display().warning(sentence)
+    return names
+
+
 def platform_refusal(ansible_facts, role, allow_untested=False):
     """'' when ROLE supports this host; else one sentence (fabricops.platforms, the one table).
 
@@ -253,6 +269,7 @@ class FilterModule:
             "nccl_installed_version": nccl_installed_version,
             "nccl_socket_ifname_default": nccl_socket_ifname_default,
             "ipoib_interfaces": ipoib_interfaces,
+            "warn_unknown_role_vars": warn_unknown_role_vars,
             "ipoib_plan_errors": ipoib_plan_errors,
             "ipoib_conflicts": ipoib_conflicts,
             "ipoib_pending": ipoib_pending,

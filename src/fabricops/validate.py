@@ -16,8 +16,10 @@ neither.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
@@ -56,8 +58,20 @@ _NCCL_IFNAME = re.compile(r"[=^]?[A-Za-z0-9_.:@-]+(?:,[A-Za-z0-9_.:@-]+)*")
 #: Package pattern of nvidia_fabric_manager: a Debian name in which ``{branch}`` is the driver branch.
 _PACKAGE_PATTERN = re.compile(r"[a-z0-9][a-z0-9+.-]*(?:\{branch\}[a-z0-9+.-]*)*")
 #: OpenSM's routing engines (opensm(8), --routing_engine), possibly comma-chained.
-OPENSM_ENGINES = ("minhop", "updn", "dnup", "file", "ftree", "lash", "dor", "torus-2QoS", "nue",
-                  "dfsssp", "sssp", "chain")
+OPENSM_ENGINES = (
+    "minhop",
+    "updn",
+    "dnup",
+    "file",
+    "ftree",
+    "lash",
+    "dor",
+    "torus-2QoS",
+    "nue",
+    "dfsssp",
+    "sssp",
+    "chain",
+)
 
 
 def _show(value: Any) -> str:
@@ -151,12 +165,14 @@ package = pattern(_PACKAGE, "a Debian package name (lower case, digits, +.-)")
 package_pattern = pattern(_PACKAGE_PATTERN, "a Debian package name in which {branch} may appear")
 netdev = pattern(_NETDEV, "a network interface name (1-15 letters, digits, _.-)")
 hca = pattern(_HCA, "an HCA name like mlx5_0", empty=True)
-hca_or_netdev = pattern(re.compile(f"{_NETDEV.pattern}|{_HCA_PORT.pattern}"),
-                        "a netdev (ibp26s0) or an HCA (mlx5_0, mlx5_0:1)")
+hca_or_netdev = pattern(
+    re.compile(f"{_NETDEV.pattern}|{_HCA_PORT.pattern}"), "a netdev (ibp26s0) or an HCA (mlx5_0, mlx5_0:1)"
+)
 label = pattern(_LABEL, "a name of letters, digits and _.:- (at most 64)")
 url = pattern(_URL, "an http(s)/ftp/file URL without spaces, quotes, ';', '$' or backticks")
-url_or_empty = pattern(_URL, "an http(s)/ftp/file URL without spaces, quotes, ';', '$' or backticks",
-                       empty=True)
+url_or_empty = pattern(
+    _URL, "an http(s)/ftp/file URL without spaces, quotes, ';', '$' or backticks", empty=True
+)
 sha256 = pattern(_SHA256, "a sha256 (64 hexadecimal digits)", empty=True)
 listen = pattern(_LISTEN, "a listen address like :9100, 127.0.0.1:9100 or [::1]:9100")
 timespan = pattern(_SPAN, "a systemd time span like 30s or 1min")
@@ -233,8 +249,13 @@ def _ipoib_networks(var: str, value: Any) -> None:
 
 
 def _ipoib_fields(var: str, spec: Mapping[str, Any]) -> None:
-    for key, check in (("prefix", ipv4_iface), ("device", hca_or_netdev), ("name", label),
-                       ("address", ipv4_iface), ("mode", choice("datagram", "connected"))):
+    for key, check in (
+        ("prefix", ipv4_iface),
+        ("device", hca_or_netdev),
+        ("name", label),
+        ("address", ipv4_iface),
+        ("mode", choice("datagram", "connected")),
+    ):
         if spec.get(key) not in (None, ""):
             check(f"{var}.{key}", spec[key])
     for key in ("mtu", "ib_mtu"):
@@ -349,15 +370,20 @@ ROLE_VARS: dict[str, Validator] = {
     "mlnx_ofed_restart_method": choice("openibd", "reboot"),
     "mlnx_ofed_modules_file": path,
     "mlnx_ofed_state_dir": path,
-    "mlnx_ofed_doca_version": pattern(re.compile(r"[0-9]+\.[0-9]+\.[0-9]+"), "a DOCA release like 2.9.1",
-                                      empty=True),
+    "mlnx_ofed_doca_version": pattern(
+        re.compile(r"[0-9]+\.[0-9]+\.[0-9]+"), "a DOCA release like 2.9.1", empty=True
+    ),
     "mlnx_ofed_doca_profile": choice("doca-ofed", "doca-roce", "doca-networking", "doca-all"),
     "mlnx_ofed_doca_repo_url": url_or_empty,
     "mlnx_ofed_doca_repo_key_url": url_or_empty,
     "mlnx_ofed_doca_repo_key_sha256": sha256,
     "mlnx_ofed_doca_repo_signed_by": optional_path,
-    "mlnx_ofed_dkms_kernels": list_of(pattern(re.compile(r"running|next|[0-9][A-Za-z0-9._+~-]{0,127}"),
-                                              "running, next or a kernel release like 6.1.0-18-amd64")),
+    "mlnx_ofed_dkms_kernels": list_of(
+        pattern(
+            re.compile(r"running|next|[0-9][A-Za-z0-9._+~-]{0,127}"),
+            "running, next or a kernel release like 6.1.0-18-amd64",
+        )
+    ),
     # nccl_profile
     "nccl_profile_name": choice("ib", "roce", "socket"),
     "nccl_profile_socket_ifname": nccl_ifname,
@@ -366,23 +392,29 @@ ROLE_VARS: dict[str, Validator] = {
     "nccl_profile_gpudirect_modules": list_of(kmod),
     "nccl_profile_conf_path": path,
     "nccl_profile_shell_path": path,
-    "nccl_profile_nccl_version": pattern(re.compile(r"\d+\.\d+\.\d+(?:-\d+)?"), "an NCCL version like 2.23.4",
-                                         empty=True),
+    "nccl_profile_nccl_version": pattern(
+        re.compile(r"\d+\.\d+\.\d+(?:-\d+)?"), "an NCCL version like 2.23.4", empty=True
+    ),
     "nccl_profile_nccl_lib_dirs": list_of(path),
     "nccl_profile_cross_nic": lambda var, value: choice("auto", "0", "1", "2")(
         var, str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     ),
-    "nccl_profile_net_plugin": pattern(re.compile(r"[A-Za-z0-9_.+-]{1,128}"),
-                                       "an NCCL net plugin suffix or library name (none, a .so)",
-                                       empty=True),
+    "nccl_profile_net_plugin": pattern(
+        re.compile(r"[A-Za-z0-9_.+-]{1,128}"),
+        "an NCCL net plugin suffix or library name (none, a .so)",
+        empty=True,
+    ),
     # nic_firmware (the mlxconfig keys and values: fabricops.firmware's allow-list)
-    "nic_firmware_presets": list_of(pattern(re.compile(r"[a-z][a-z0-9_]{0,31}"),
-                                            "a preset name like gpudirect")),
+    "nic_firmware_presets": list_of(
+        pattern(re.compile(r"[a-z][a-z0-9_]{0,31}"), "a preset name like gpudirect")
+    ),
     "nic_firmware_config": _mlx_config,
     "nic_firmware_device_config": dict_of(pattern(_HCA, "an HCA name like mlx5_0"), _mlx_config),
     "nic_firmware_devices": list_of(pattern(_HCA, "an HCA name like mlx5_0")),
-    "nic_firmware_versions": dict_of(pattern(_PSID, "a PSID like MT_0000000838"),
-                                     pattern(_FW_VERSION, "a firmware version like 28.43.1014")),
+    "nic_firmware_versions": dict_of(
+        pattern(_PSID, "a PSID like MT_0000000838"),
+        pattern(_FW_VERSION, "a firmware version like 28.43.1014"),
+    ),
     "nic_firmware_images": dict_of(pattern(_PSID, "a PSID like MT_0000000838"), _fw_image),
     "nic_firmware_reset_method": choice("mlxfwreset", "reboot"),
     "nic_firmware_work_dir": path,
@@ -451,3 +483,67 @@ def role_errors(values: Mapping[str, Any]) -> list[str]:
         except UnsafeValue as exc:
             errors.append(str(exc))
     return errors
+
+
+def role_known_vars(role_dir: str | os.PathLike[str]) -> set[str]:
+    """The variables a role declares: every option of every entry point of its
+    ``meta/argument_specs.yml``, the keys of ``defaults/main.yml`` and ``vars/main.yml``, and the
+    facts its tasks set (``set_fact``, ``register``: a second run of the role in one play sees them)."""
+    root = Path(role_dir)
+    known: set[str] = set()
+    specs = _yaml_file(root / "meta" / "argument_specs.yml").get("argument_specs") or {}
+    for entry in specs.values():
+        known.update((entry or {}).get("options") or {})
+    for part in ("defaults", "vars"):
+        known.update(_yaml_file(root / part / "main.yml"))
+    for tasks in sorted((root / "tasks").glob("*.yml")):  # what the role sets for later plays
+        known.update(_facts_set(_yaml_any(tasks)))
+    return known
+
+
+def _facts_set(node: Any) -> set[str]:
+    """The names a task list sets: ``set_fact`` keys and ``register`` names, blocks included."""
+    out: set[str] = set()
+    if isinstance(node, list):
+        for item in node:
+            out |= _facts_set(item)
+    elif isinstance(node, dict):
+        for key in ("ansible.builtin.set_fact", "set_fact"):
+            if isinstance(node.get(key), dict):
+                out.update(k for k in node[key] if k != "cacheable")
+        if isinstance(node.get("register"), str):
+            out.add(node["register"])
+        for key in ("block", "rescue", "always"):
+            out |= _facts_set(node.get(key))
+    return out
+
+
+def _yaml_any(path: Path) -> Any:
+    import yaml
+
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _yaml_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def unknown_role_vars(role: str, names: Iterable[str], known: Iterable[str]) -> list[str]:
+    """One sentence per name in ``names`` (the variables set that start with the role's prefix)
+    that the role does not declare (``known``), naming the closest declared name when one is close:
+    ``mlnx_ofed_allow_restrat`` would otherwise be ignored without a word."""
+    import difflib
+
+    known = sorted(set(known))
+    out = []
+    for name in sorted(set(names) - set(known)):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else f"; see roles/{role}/meta/argument_specs.yml"
+        out.append(f"{role}: {name} is not a variable of the role and is ignored{hint}")
+    return out
