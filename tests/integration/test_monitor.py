@@ -149,8 +149,9 @@ def _reset_counters(host_exec, names=("link_downed", "symbol_error")) -> None:
 def test_healthy_metrics_and_no_finding(fresh):
     m = fresh()
     assert value(m, "fabricops_ib_port_up", device="mlx5_0", port="1") == 1
-    assert value(m, "fabricops_ib_port_rate_bits_per_second", device="mlx5_0", port="1") == 400e9
-    assert value(m, "fabricops_ib_port_expected_rate_bits_per_second", device="mlx5_0", port="1") == 400e9
+    assert value(m, "fabricops_ib_port_rate_bytes_per_second", device="mlx5_0", port="1") == 400e9 / 8
+    expected = value(m, "fabricops_ib_port_expected_rate_bytes_per_second", device="mlx5_0", port="1")
+    assert expected == 400e9 / 8
     assert value(m, "fabricops_ib_port_width_lanes", device="mlx5_0", port="1") == 4
     assert value(m, "fabricops_nvlink_active_links", gpu="0") == 18
     assert value(m, "fabricops_collector_source_up", source="ethtool") == 1
@@ -178,7 +179,7 @@ def test_port_down(fresh):
     assert health.stdout.startswith("fabricops-health: hca_port mlx5_0/1: state DOWN"), health.stdout
     m = fresh()
     assert value(m, "fabricops_ib_port_up", device="mlx5_0", port="1") == 0
-    assert value(m, "fabricops_ib_port_rate_bits_per_second", device="mlx5_0", port="1") == 10e9
+    assert value(m, "fabricops_ib_port_rate_bytes_per_second", device="mlx5_0", port="1") == 10e9 / 8
     assert value(m, "fabricops_ib_port_up", device="mlx5_1", port="1") == 1
     first = diagnose()["findings"][0]
     assert (first["kind"], first["device"]) == ("port_down", "mlx5_0/1")
@@ -190,7 +191,7 @@ def test_port_width(fresh):
     fault(HOST, "port-width", "mlx5_0", "2X")
     m = fresh()
     assert value(m, "fabricops_ib_port_width_lanes", device="mlx5_0", port="1") == 2
-    assert value(m, "fabricops_ib_port_rate_bits_per_second", device="mlx5_0", port="1") == 200e9
+    assert value(m, "fabricops_ib_port_rate_bytes_per_second", device="mlx5_0", port="1") == 200e9 / 8
     first = diagnose()["findings"][0]
     assert (first["kind"], first["device"]) == ("port_degraded", "mlx5_0/1")
     assert "2X" in first["cause"]

@@ -192,7 +192,7 @@ def analyse_host(host: str, raw: Raw, ctx: Context) -> list[Result]:
                         f"sysfs {dev}: symbol_error {p['counters']['symbol_error']} (threshold 0, "
                         "ibqueryerrors)"
                     ],
-                    "Reseat or replace the cable/transceiver; watch FabricSymbolErrorsRising.",
+                    "Reseat or replace the cable/transceiver; watch FabricopsSymbolErrorsRising.",
                     dev,
                 )
             )

@@ -102,12 +102,12 @@ ib_port_state gauge
     Logical port state as the kernel numbers it (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).
 ib_port_physical_state gauge
     Physical port state (2 Polling, 3 Disabled, 5 LinkUp, ...).
-ib_port_rate_bits_per_second gauge
-    Port rate as the kernel reports it (sysfs rate).
+ib_port_rate_bytes_per_second gauge
+    Port rate as the kernel reports it (sysfs rate, Gb/s x 1e9 / 8: Prometheus' base unit is bytes).
 ib_port_width_lanes gauge
     Active link width in lanes (4 for 4X).
-ib_port_expected_rate_bits_per_second gauge
-    Rate the hardware profile expects for this port.
+ib_port_expected_rate_bytes_per_second gauge
+    Rate the hardware profile expects for this port (bytes per second, as ib_port_rate_bytes_per_second).
 ib_port_info gauge
     Port description: link layer, netdev, state names (always 1).
 roce_cnp_sent_total counter
@@ -452,13 +452,13 @@ def _port_metrics(reg: Registry, host: str, p: dict, expected: dict[str, float])
     reg.add("ib_port_up", labels, 1 if state == "ACTIVE" and phys == "LinkUp" else 0)
     reg.add("ib_port_state", labels, state_num)
     reg.add("ib_port_physical_state", labels, phys_num)
-    reg.add("ib_port_rate_bits_per_second", labels, rate)
+    reg.add("ib_port_rate_bytes_per_second", labels, rate / 8)
     reg.add("ib_port_width_lanes", labels, lanes)
     reg.add("ib_port_info", {**labels, "link_layer": p["link_layer"], "netdev": p.get("netdev") or "",
                              "state": state, "phys_state": phys}, 1)
     want = expected.get(f"{p['device']}/{p['port']}", expected.get(p["link_layer"]))
     if want:
-        reg.add("ib_port_expected_rate_bits_per_second", labels, float(want) * 1e9)
+        reg.add("ib_port_expected_rate_bytes_per_second", labels, float(want) * 1e9 / 8)
     for name, (metric, mult) in IB_COUNTERS.items():
         if name in p["counters"]:
             reg.add(metric, labels, p["counters"][name] * mult)

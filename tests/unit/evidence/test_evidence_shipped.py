@@ -185,7 +185,7 @@ def test_shipped_collector_parses_real_captures_on_the_standard_library_alone(tm
             proc.stderr,
         )
     assert (
-        'fabricops_ib_port_rate_bits_per_second{device="mlx5_0",host="gpu04",port="1"} 200000000000\n' in out
+        'fabricops_ib_port_rate_bytes_per_second{device="mlx5_0",host="gpu04",port="1"} 25000000000\n' in out
     )
     assert 'fabricops_ib_port_symbol_errors_total{device="mlx5_0",host="gpu04",port="1"} 3' in out
     assert 'fabricops_nvlink_link_up{gpu="3",host="gpu04",link="' in out

@@ -31,8 +31,9 @@ def test_metric_names_follow_prometheus_conventions():
             assert name.endswith("_total"), name
         else:
             assert not name.endswith("_total"), name
-        if "bytes" in name or "seconds" in name or "bits" in name:
-            assert re.search(r"_(bytes|seconds|bits_per_second|bytes_per_second)(_total)?$", name), name
+        assert "bits" not in name, f"{name}: Prometheus' base unit is bytes (promtool check metrics)"
+        if "bytes" in name or "seconds" in name:
+            assert re.search(r"_(bytes|seconds|bytes_per_second)(_total)?$", name), name
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -130,9 +131,9 @@ def test_collect_converts_and_labels(tmp_path):
     assert get(m, "fabricops_ib_port_symbol_errors_total", **ib) == 3
     assert get(m, "fabricops_ib_port_link_downed_total", **ib) == 8
     assert get(m, "fabricops_ib_port_transmit_discards_total", **ib) == 2
-    assert get(m, "fabricops_ib_port_rate_bits_per_second", **ib) == 200e9
+    assert get(m, "fabricops_ib_port_rate_bytes_per_second", **ib) == 200e9 / 8  # bytes: the base unit
     assert get(m, "fabricops_ib_port_width_lanes", **ib) == 2
-    assert get(m, "fabricops_ib_port_expected_rate_bits_per_second", **ib) == 400e9
+    assert get(m, "fabricops_ib_port_expected_rate_bytes_per_second", **ib) == 400e9 / 8
     assert get(m, "fabricops_ib_port_up", **ib) == 1
     eth = {"host": "gpu04", "device": "mlx5_2", "port": "1"}
     assert get(m, "fabricops_ib_port_up", **eth) == 0
@@ -159,7 +160,7 @@ def test_failing_sources_are_reported_not_fatal(tmp_path):
     assert get(m, "fabricops_collector_source_up", source="ethtool") == 0
     assert get(m, "fabricops_collector_source_up", source="nvlink_status") == 0
     assert get(m, "fabricops_collector_source_up", source="sysfs") == 1
-    assert not any(n == "fabricops_ib_port_expected_rate_bits_per_second" for n, _ in m)
+    assert not any(n == "fabricops_ib_port_expected_rate_bytes_per_second" for n, _ in m)
 
 
 def test_nvlink_errors_capture():
