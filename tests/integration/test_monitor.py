@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
+import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from integration.conftest import INVENTORY, REPO, VENV_BIN, ssh
 from labtools import ensure_ofed
 
@@ -44,9 +48,13 @@ def fault(*args: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def scrape(mgmt_ip: str) -> dict[tuple[str, frozenset], float]:
+def scrape_text(mgmt_ip: str) -> str:
     with urllib.request.urlopen(f"http://{mgmt_ip}:9100/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+        return resp.read().decode()
+
+
+def scrape(mgmt_ip: str) -> dict[tuple[str, frozenset], float]:
+    text = scrape_text(mgmt_ip)
     out = {}
     for line in text.splitlines():
         m = SAMPLE.match(line)
@@ -265,3 +273,153 @@ def test_check_mode_before_the_collector_units_exist(monitored, ansible_playbook
     assert ssh(HOST, "systemctl is-active fabricops-collector.timer").stdout.strip() == "active"
     again = ansible_playbook("playbooks/monitor.yml", "--check", *monitor_args(deb_mirror))
     assert again.rc == 0 and again.hosts[HOST]["changed"] == 0, again.stdout[-3000:]
+
+
+# --- a real Prometheus, the dashboard and the stale collector (issue 39) --------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def prom_query(url: str, expr: str) -> list[dict]:
+    query = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(monitored, tmp_path_factory):
+    """Debian's Prometheus server (the prometheus package scripts/setup.sh installs) scraping gpu04's
+    node_exporter every second, with the fabricops rules loaded; ready once it holds three scrapes, so
+    a rate() over a minute has points."""
+    from fabricops.monitor import rules
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: scripts/setup.sh installs Debian's prometheus package")
+    work = tmp_path_factory.mktemp("prometheus")
+    (work / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules.alerts_file())],
+        "scrape_configs": [{"job_name": "node", "static_configs": [{"targets": [f"{monitored}:9100"]}]}],
+    }))
+    log = (work / "prometheus.log").open("w")
+    for _attempt in range(3):  # a port taken between _free_port and the bind: Prometheus exits, try another
+        url = f"http://127.0.0.1:{_free_port()}"
+        proc = subprocess.Popen(
+            [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+             f"--web.listen-address={url.removeprefix('http://')}", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        ready = False
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if prom_query(url, 'count_over_time(up{job="node"}[1m]) >= 3 and up{job="node"} == 1'):
+                    ready = True
+                    break
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.5)
+        if ready:
+            break
+        proc.terminate()
+        proc.wait(10)
+    else:
+        log.flush()
+        tail = (work / "prometheus.log").read_text()[-2000:]
+        pytest.fail(f"Prometheus did not scrape node_exporter: {tail}")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_every_dashboard_panel_returns_series_from_a_real_prometheus(prometheus, fresh):
+    """The Grafana dashboard's queries, with $host = All as Grafana sends them, each return series
+    from Prometheus scraping the lab host: a panel on a misspelt or never-written metric stays empty."""
+    from fabricops.monitor import rules
+
+    fresh()
+    empty = [f"{title}: {expr}" for title, expr in rules.panel_queries() if not prom_query(prometheus, expr)]
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+    # and the host variable's own query lists the host
+    hosts = prom_query(prometheus, "group by (host) (fabricops_collector_last_run_timestamp_seconds)")
+    assert [r["metric"]["host"] for r in hosts] == [HOST]
+
+
+def _series_from(text: str, shift: float) -> list[dict]:
+    """promtool input series from a host's real exposition: every fabricops sample held at its value
+    (node_exporter serves the same file until the collector writes another), the collector's
+    timestamps moved to promtool's clock, whose 0 is the last collection (`shift`)."""
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if not m or not m.group(1).startswith("fabricops_"):
+            continue
+        name, labels, val = m.group(1), m.group(2) or "", float(m.group(3))
+        if name.endswith("_timestamp_seconds"):
+            val -= shift
+        out.append({"series": f"{name}{{{labels}}}", "values": f"{val!r}x40"})
+    return out
+
+
+def _annotations(rule: dict, host: str, value_text: str) -> dict[str, str]:
+    def render(text: str) -> str:
+        text = text.replace("{{ $labels.host }}", host).replace("{{ $value | humanizeDuration }}", value_text)
+        return " ".join(text.split())
+
+    return {k: render(v) for k, v in rule["annotations"].items()}
+
+
+def test_a_stopped_collector_timer_fires_the_stale_alert(monitored, ssh, tmp_path):
+    """Stop the collector's timer on the lab host: node_exporter keeps serving the last file (its
+    ports still "up"). A promtool test built from that real output: no alert for 10 minutes, then
+    FabricopsCollectorStale for the host and no other alert; the same samples with a collector that
+    runs every minute raise nothing (a healthy host is quiet)."""
+    from fabricops.monitor import rules
+
+    # one run now (a oneshot: start returns when it is done), then no more: the timer and any run it
+    # started in between stopped, so the file cannot change under the two scrapes
+    ssh(HOST, "systemctl start fabricops-collector.service && "
+              "systemctl stop fabricops-collector.timer fabricops-collector.service")
+    try:
+        timer = ssh(HOST, "systemctl is-active fabricops-collector.timer", check=False)
+        assert timer.stdout.strip() == "inactive"
+        text = scrape_text(monitored)
+        again = scrape_text(monitored)  # the dead collector's file, served as long as node_exporter runs
+        stamp = SAMPLE.match(next(x for x in text.splitlines()
+                                  if x.startswith("fabricops_collector_last_success_timestamp_seconds{")))
+        assert stamp and stamp.group(1) in again and stamp.group(0) in again
+        assert 'fabricops_ib_port_up{device="mlx5_0",host="gpu04",port="1"} 1' in again
+    finally:
+        ssh(HOST, "systemctl start fabricops-collector.timer")
+    frozen = _series_from(text, float(stamp.group(3)))
+    alive = [dict(s, values=("0+60x40" if "_timestamp_seconds{" in s["series"] else s["values"]))
+             for s in frozen]
+    names = [r["alert"] for r in rules.load()]
+    stale = next(r for r in rules.load() if r["alert"] == "FabricopsCollectorStale")
+    quiet = lambda t: [{"eval_time": t, "alertname": n, "exp_alerts": []} for n in names]  # noqa: E731
+    spec = {
+        "rule_files": [str(rules.alerts_file())],
+        "evaluation_interval": "1m",
+        "tests": [
+            {"interval": "1m", "input_series": frozen, "alert_rule_test": [
+                *quiet("9m"),
+                *[c for c in quiet("11m") if c["alertname"] != stale["alert"]],
+                {"eval_time": "11m", "alertname": stale["alert"], "exp_alerts": [{
+                    "exp_labels": {"severity": "critical", "host": HOST},
+                    "exp_annotations": _annotations(stale, HOST, "11m 0s")}]},
+            ]},
+            {"interval": "1m", "input_series": alive, "alert_rule_test": quiet("30m")},
+        ],
+    }
+    (tmp_path / "stale_test.yml").write_text(yaml.safe_dump(spec, width=1000))
+    proc = subprocess.run(["promtool", "test", "rules", str(tmp_path / "stale_test.yml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

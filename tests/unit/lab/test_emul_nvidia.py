@@ -137,6 +137,28 @@ def test_nvlink_status_layout_matches_real_h800_block(smi):
     assert out.expandtabs(8).split("\n")[:9] == real
 
 
+def test_nvlink_error_counters_match_the_real_h100_capture_and_the_collector_reads_them(smi):
+    """`nvidia-smi nvlink -e` as the collector's nvlink_errors source runs it: the layout of a real
+    H100's output (its links 2-16 elided by the author), counts from the GPU's nvlink_errors."""
+    from fabricops.monitor.collector import parse_nvlink_errors
+
+    real = read_fixture("nvidia-smi-nvlink-errors", "h100_elided_stas00.txt").split("\n")
+    hw = h100_hardware()
+    hw["gpus"][0].update(uuid="GPU-abcdefab-cdef-abdc-abcd-abababababab")
+    hw["gpus"][3]["nvlink_errors"] = {"5": {"replay": 2, "crc": 7}}
+    rc, out = smi("nvlink", "-e", "-i", "0", hw=hw)
+    assert rc == 0
+    lines = out.expandtabs(8).split("\n")
+    assert lines[:8] == real[:8]  # header, link 0 and 1 with the blank line between them
+    assert lines[-5:] == real[-5:]  # link 17, the last, and the end of the output
+    rc, every = smi("nvlink", "--error-counters", hw=hw)
+    errors = parse_nvlink_errors(every)
+    assert len(errors) == 8 * 18 * 3
+    got = {(e["gpu"], e["link"], e["kind"]): e["value"] for e in errors}
+    assert got[(3, 5, "replay")] == 2 and got[(3, 5, "crc")] == 7 and got[(3, 5, "recovery")] == 0
+    assert sum(got.values()) == 9
+
+
 def test_nvlink_a100_rate_and_all_inactive(smi):
     hw = h100_hardware()
     for g in hw["gpus"]:

@@ -390,6 +390,30 @@ def _nvlink_status(gpus: list[_Gpu]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- nvidia-smi nvlink -e -----------------------------------------------------------------
+# Format of a real H100's `nvidia-smi nvlink -e` (stas00/ml-engineering compute/accelerator/nvidia/
+# debug.md, "How to check error counters of NVLink links"; tests/fixtures/nvidia-smi-nvlink-errors/):
+# per GPU its header line, then per link three counter lines, a blank line between links. The counts come from
+# the GPU's "nvlink_errors" ({"LINK": {"replay": n, "recovery": n, "crc": n}}; absent: 0).
+
+def _nvlink_errors(gpus: list[_Gpu]) -> str:
+    lines = []
+    for g in gpus:
+        lines.append(f"GPU {g.i}: {g.name} (UUID: {g.uuid})")
+        if g.active_links == 0:
+            lines.append("NVML: Unable to retrieve NVLink information as all links are inActive")
+            continue
+        counts = g.raw.get("nvlink_errors", {})
+        for link in range(g.nvlinks):
+            c = counts.get(str(link), {})
+            if link:
+                lines.append("")
+            lines.append(f"\t Link {link}: Replay Errors: {int(c.get('replay', 0))}")
+            lines.append(f"\t Link {link}: Recovery Errors: {int(c.get('recovery', 0))}")
+            lines.append(f"\t Link {link}: CRC Errors: {int(c.get('crc', 0))}")
+    return "\n".join(lines) + "\n"
+
+
 # --- nvidia-smi --query-gpu -----------------------------------------------------------------
 
 _UNITS = {"memory": "MiB", "power": "W", "utilization": "%", "clocks": "MHz"}
@@ -524,6 +548,9 @@ def nvidia_smi(argv: list[str]) -> int:
         return 0
     if rest[0] == "nvlink" and rest[1:] in (["-s"], ["--status"]):
         _out(_nvlink_status(shown))
+        return 0
+    if rest[0] == "nvlink" and rest[1:] in (["-e"], ["--error-counters"]):
+        _out(_nvlink_errors(shown))
         return 0
     _out(INVALID + "\n")
     return 2
