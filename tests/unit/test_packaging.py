@@ -106,3 +106,16 @@ def test_unknown_playbooks_are_refused_with_the_known_ones():
         paths.playbook("nosuch")
     with pytest.raises(FabricopsError, match="does not exist"):
         paths.playbook("../etc/passwd")
+
+
+def test_ansible_commands_start_without_a_deprecation_warning():
+    """The bound on cryptography (pyproject.toml): with 51, ansible-core 2.19's start-up import of DSA
+    printed a CryptographyDeprecationWarning before every command's output (the demo, CI logs)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    proc = subprocess.run([str(playbook), "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr
