@@ -29,7 +29,11 @@ echo "== ansible-playbook site.yml"
 log=.cache/demo-site.log
 mkdir -p .cache
 rc=0
+# The whole output goes to the log; the terminal gets it without the verification play's summary
+# task (its JSON-quoted lines), which is printed once, readable, at the end.
 ansible-playbook site.yml -e mlnx_ofed_allow_restart=true -e ipoib_allow_restart=true "$@" 2>&1 | tee "$log" \
+  | awk '/^TASK \[Show the summary\]/ {skip=1} skip && /^(TASK|PLAY)/ && !/Show the summary/ {skip=0}
+         !skip {print; fflush()}' \
   || rc=$?
 
 echo

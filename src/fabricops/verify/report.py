@@ -384,5 +384,32 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
     skipped = [r for r in run.results if r.status == SKIP]
     if skipped:
         out += ["", "NOT PLANNED (skipped)"]
-        out += [f"  [{r.category}/{r.check}] {r.message}" for r in skipped]
+        out += _not_planned(skipped)
     return terminal_safe("\n".join(out) + "\n")
+
+
+#: hosts named on a collapsed "not planned" line before "and N more"
+NAMED_HOSTS = 6
+
+
+def _not_planned(skipped: list[CheckResult]) -> list[str]:
+    """One line per check and reason, with the count of hosts: "not applicable" grows with hosts x
+    devices, and a summary that says the same thing 24 times hides the line that matters. A reason
+    held by one host keeps its own message."""
+    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for r in skipped:
+        reason = r.message
+        if r.host and reason.startswith(f"{r.host}: "):
+            reason = reason[len(r.host) + 2:]
+        groups.setdefault((r.category, r.check, reason), []).append(r)
+    lines = []
+    for (category, check, reason), rs in groups.items():
+        hosts = sorted({r.host for r in rs if r.host})
+        if len(hosts) <= 1:  # one host (or none): its own message, once
+            lines.append(f"  [{category}/{check}] {rs[0].message}")
+            continue
+        named = ", ".join(hosts[:NAMED_HOSTS])
+        if len(hosts) > NAMED_HOSTS:
+            named += f" and {len(hosts) - NAMED_HOSTS} more"
+        lines.append(f"  [{category}/{check}] {reason} ({len(hosts)} hosts: {named})")
+    return lines

@@ -278,3 +278,27 @@ def test_a_server_that_failed_stops_its_client():
 
     pairs.run_test(healthy, test, {"gpu02": "addr-gpu02"}, profile, 400.0, opts, ("ib_write_lat",))
     assert not [c for c in ok_calls if "fabricops-verify-client." in c and ": >" in c]
+
+
+def test_not_planned_lines_collapse_by_check_and_reason_with_the_host_count():
+    """A check that is not applicable on every host is one line with the count, not one per host and
+    device (24 lines for 4 hosts in the demo); a reason one host holds keeps its own message."""
+    from fabricops.verify.result import PASS as OK
+    from fabricops.verify.result import SKIP, CheckResult
+
+    hosts = [f"gpu{i:02d}" for i in range(1, 9)]
+    vr = VerifyRun(hosts=hosts, profile=None, only=None)
+    for h in hosts:
+        vr.results.append(CheckResult("hosts", "ofed_version", h, None, OK, f"{h}: 24.10"))
+        for dev in ("mlx5_0", "mlx5_1", "mlx5_2"):
+            vr.results.append(CheckResult("hosts", "nic_fw_config", h, dev, SKIP,
+                                          f"{h}: device_config declared (only versions): not applicable"))
+    vr.results.append(CheckResult("hosts", "dkms_modules", "gpu03", None, SKIP,
+                                  "gpu03: mlnx_ofed_install_method repo (not a DKMS stack): not applicable"))
+    text = report.terminal(vr)
+    planned = text.split("NOT PLANNED (skipped)\n", 1)[1].splitlines()
+    assert planned == [
+        "  [hosts/nic_fw_config] device_config declared (only versions): not applicable "
+        "(8 hosts: gpu01, gpu02, gpu03, gpu04, gpu05, gpu06 and 2 more)",
+        "  [hosts/dkms_modules] gpu03: mlnx_ofed_install_method repo (not a DKMS stack): not applicable",
+    ]
