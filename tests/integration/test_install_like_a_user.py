@@ -23,19 +23,14 @@ pytestmark = pytest.mark.lab
 
 HOST = "gpu04"
 EXTRA = ["-e", "nccl_profile_name=ib"]
-# The controller settings a user writes next to their inventory (README, "Install on your controller").
-USER_CFG = """\
-[defaults]
-forks = 25
-gathering = smart
-host_key_checking = True
-interpreter_python = auto_silent
-retry_files_enabled = False
+README = REPO / "README.md"
 
-[ssh_connection]
-pipelining = True
-ssh_args = -o ControlMaster=auto -o ControlPersist=60s
-"""
+
+def readme_blocks(section: str) -> list[str]:
+    """The fenced ``sh`` blocks of one README section, as written."""
+    text = README.read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```sh\n(.*?)^```$", body, re.M | re.S)
 
 
 def _run(argv, cwd, env, timeout=900):
@@ -52,29 +47,60 @@ def _ok(proc):
 
 @pytest.fixture(scope="module")
 def user(tmp_path_factory, lab):
-    """(env, workdir, venv bin) of a controller that installed the wheel and the tarball."""
+    """(env, workdir, venv bin) of a controller installed by the README's own commands: its build
+    block at the top of this checkout and its controller block in a directory holding the two built
+    files, both verbatim through bash, in a fresh home directory (the venv ~/fabricops, the collection
+    in ~/.ansible/collections). The checkout must come out untouched."""
     root = tmp_path_factory.mktemp("user")
-    dist, colls, work, venv = root / "dist", root / "collections", root / "work", root / "venv"
-    work.mkdir()
-    _ok(_run([VENV_BIN / "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, REPO], REPO,
-             os.environ))
-    _ok(_run([VENV_BIN / "ansible-galaxy", "collection", "build", "--output-path", dist, REPO], REPO,
-             os.environ))
-    wheel = next(dist.glob("fabricops-*.whl"))
-    tarball = next(dist.glob("fabricops-fabric-*.tar.gz"))
-    python = shutil.which("python3")
-    _ok(_run([python, "-m", "venv", venv], root, os.environ))
-    _ok(_run([venv / "bin/python", "-m", "pip", "install", "-q", wheel], root, os.environ, timeout=900))
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ANSIBLE_", "FABRICOPS_", "VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = os.pathsep.join(
-        [str(venv / "bin")] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != str(VENV_BIN)]
-    )
+    home, tmp, work = root / "home", root / "tmp", root / "work"
+    for d in (home, tmp, work):
+        d.mkdir()
+    build, install = readme_blocks("Install on your controller")[:2]
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("ANSIBLE_", "FABRICOPS_", "VIRTUAL_ENV", "PYTHON"))}
+    clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
+                                    if p and p != str(VENV_BIN))
+    readme_env = {**clean, "HOME": str(home), "TMPDIR": str(tmp)}
+    before = _build_outputs()
+    _ok(_run(["bash", "-euo", "pipefail", "-c", build], REPO, readme_env))
+    assert _build_outputs() == before, "the README's build wrote into the checkout"
+    (dist,) = tmp.glob("*/dist")
+    for f in dist.iterdir():
+        shutil.copy(f, root)
+    _ok(_run(["bash", "-euo", "pipefail", "-c", install], root, readme_env, timeout=900))
+    venv = home / "fabricops"
+    colls = home / ".ansible" / "collections"
+    assert (colls / "ansible_collections" / "fabricops" / "fabric" / "MANIFEST.json").is_file()
+    env = dict(clean)  # the operator's own home (SSH keys and known hosts of the lab)
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env["PATH"]])
     env["ANSIBLE_NOCOLOR"] = "1"
-    _ok(_run(["ansible-galaxy", "collection", "install", "-p", colls, tarball], work, env))
-    cfg = USER_CFG.replace("[defaults]\n", f"[defaults]\ncollections_path = {colls}\n", 1)
+    # the example settings the README tells a user to copy, with the collection where the README put it
+    cfg = (colls / "ansible_collections/fabricops/fabric/inventories/example/ansible.cfg").read_text()
+    cfg = cfg.replace("[defaults]\n", f"[defaults]\ncollections_path = {colls}\n", 1)
+    # this run's own fact cache: the operator's ~/.cache holds facts of an earlier lab's hosts
+    cfg = cfg.replace("fact_caching_connection = ~/.cache/fabricops/facts",
+                      f"fact_caching_connection = {root / 'facts'}")
+    assert str(root / "facts") in cfg
     (work / "ansible.cfg").write_text(cfg)
     return {"env": env, "work": work, "bin": venv / "bin", "colls": colls}
+
+
+def _build_outputs() -> set[str]:
+    """What a build in the checkout would leave there: setuptools' build/ and *.egg-info, the wheel
+    and the collection tarball (other test streams write elsewhere in the checkout meanwhile)."""
+    found = {"build", "dist"} & {p.name for p in REPO.iterdir()}
+    for pattern in ("*.egg-info", "src/*.egg-info", "*.whl", "fabricops-fabric-*.tar.gz"):
+        found |= {str(p.relative_to(REPO)) for p in REPO.glob(pattern)}
+    return found
+
+
+def test_the_readme_build_block_builds_from_a_copy_in_order():
+    """The README's build block makes its ansible-galaxy before it uses it, and works on a copy."""
+    build = readme_blocks("Install on your controller")[0]
+    lines = [ln for ln in build.splitlines() if ln.strip()]
+    assert "git archive" in lines[0] and 'cd "$src"' in lines[0]
+    first_use = next(i for i, ln in enumerate(lines) if "ansible-galaxy" in ln)
+    assert any("ansible-core" in ln for ln in lines[:first_use])
 
 
 def test_the_installed_package_runs_from_its_own_venv_without_the_checkout(user):
