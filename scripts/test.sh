@@ -146,6 +146,7 @@ renice -n 10 $$ >/dev/null
 phase "lint: ruff" ruff check src tests plugins bench
 phase "lint: yamllint" yamllint -s .
 phase "lint: ansible-lint" ansible-lint --offline -q
+phase "lint: docs (mkdocs --strict)" mkdocs build --strict -q
 phase "ansible-test sanity" bash scripts/sanity.sh
 
 # The unit and conformance tests start once the parallel integration streams are done: the streams
