@@ -51,3 +51,31 @@ def test_the_check_sees_an_import_of_act(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("import fabricops.act.slurm\nfrom fabricops.act import plan\n")
     assert {"fabricops.act.slurm", "fabricops.act"} <= _imports(f)
+
+
+# The product never imports the emulated rack (issue 39 point 2). One import is debt, not design: the
+# plan writer validates the lab slice it writes with the lab's own topology loader. (The CLI names the
+# lab's subcommand module as a string and skips it when it is absent.) A new import of the lab
+# anywhere else fails here; the list only shrinks.
+LAB_IMPORTS_ALLOWED = {"plan/writers.py"}
+
+
+def test_the_product_does_not_import_the_lab():
+    bad = {}
+    for p in sorted(SRC.rglob("*.py")):
+        rel = str(p.relative_to(SRC))
+        if rel.startswith("lab/") or rel in LAB_IMPORTS_ALLOWED:
+            continue
+        hits = sorted(m for m in _imports(p) if _of(m, ("lab",)))
+        if hits:
+            bad[rel] = hits
+    assert bad == {}
+    # the CLI names the lab's subcommand module as a string, imported only when it is installed
+    cli = (SRC / "cli.py").read_text()
+    assert '"fabricops.lab.cli",' in cli and not any(_of(m, ("lab",)) for m in _imports(SRC / "cli.py"))
+
+
+def test_the_lab_check_sees_a_new_lab_import(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from fabricops.lab import topology\nimport fabricops.lab.hosts\n")
+    assert {m for m in _imports(f) if _of(m, ("lab",))} == {"fabricops.lab", "fabricops.lab.hosts"}
