@@ -66,7 +66,7 @@ ssh_args = -o ControlMaster=no
 
 def lab_hosts() -> list[str]:
     sys.path.insert(0, str(REPO / "src"))
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     try:
         return sorted(paths.load_lab()["hosts"])

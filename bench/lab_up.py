@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-from fabricops.lab import hosts, image, paths, rack
+from fabricops_lab import hosts, image, paths, rack
 
 
 def bench(n: int) -> dict[str, float]:

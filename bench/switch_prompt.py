@@ -6,7 +6,7 @@ the same kept sessions.
 Usage: .venv/bin/python bench/switch_prompt.py [N] [--base-port P]   (default: 5, 42301)
 
 The switches are bench/verify_switch_reads.py's: the two-tier lab's six emulated RoCE switches
-(``python -m fabricops.lab.switchd``, real SSH, strict host keys) on 127.0.0.1, stopped at the end; no
+(``python -m fabricops_lab.switchd``, real SSH, strict host keys) on 127.0.0.1, stopped at the end; no
 lab is needed or touched. Each read is verify's switch-port phase for every switch in parallel
 (``switchports.read_switches``): the port state, one show command per switch (these switches carry no
 RoCE definition, so the lossless-class gather -- 5 to 9 more show commands per switch on the lab, each

@@ -4,7 +4,7 @@ the run (fabricops.verify.switchstate.SwitchReader.keep_sessions).
 
 Usage: .venv/bin/python bench/verify_switch_reads.py [N] [--base-port P]   (default: 10, 42201)
 
-The switches are the lab's emulated ones (``python -m fabricops.lab.switchd``: the same emulator
+The switches are the lab's emulated ones (``python -m fabricops_lab.switchd``: the same emulator
 `fabricops lab` runs, over real SSH, with strict host-key checking), started here on 127.0.0.1 as the
 two-tier lab's six RoCE switches (leaf1, leaf2, spine1, spine2: Cumulus NVUE, 64 ports; leaf3, leaf4:
 Onyx, 32 ports) and stopped at the end; no lab is needed or touched. Each read is what verify does per
@@ -60,7 +60,7 @@ def start(tmp: Path, base: int) -> tuple[list[subprocess.Popen], dict[str, tuple
         known.append(f"[127.0.0.1]:{port} {key.export_public_key('openssh').decode().strip()}")
         ports = ",".join(fmt.format(n=n) for n in range(1, count + 1))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "fabricops.lab.switchd", "--name", name, "--os", os_name,
+            [sys.executable, "-m", "fabricops_lab.switchd", "--name", name, "--os", os_name,
              "--listen", "127.0.0.1", "--port", str(port), "--host-key", str(sdir / "host_key"),
              "--password-file", str(tmp / "pw"), "--state-dir", str(sdir), "--ports", ports],
             stdout=subprocess.DEVNULL, stderr=(sdir / "switchd.log").open("wb")))
@@ -72,10 +72,10 @@ def start(tmp: Path, base: int) -> tuple[list[subprocess.Popen], dict[str, tuple
 
 
 def make_reader(where: dict[str, tuple[str, int]], known_hosts: str):
-    from fabricops.lab.switchd.server import USERS
     from fabricops.switch import transport
     from fabricops.switch.access import SwitchAccess
     from fabricops.verify.switchstate import SwitchReader
+    from fabricops_lab.switchd.server import USERS
 
     def connector(switch, os_name, _hv):
         _os, port = where[switch]
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
                 p.terminate()
             for p in procs:
                 p.wait(10)
-    print(f"{len(where)} emulated switches (python -m fabricops.lab.switchd, real SSH through netmiko), "
+    print(f"{len(where)} emulated switches (python -m fabricops_lab.switchd, real SSH through netmiko), "
           f"{a.n} reads of all of them in parallel each")
     print(f"{'read':>5} {'new session each s':>19} {'one kept session s':>19}")
     for i, (x, y) in enumerate(zip(new_t, kept_t, strict=True), 1):

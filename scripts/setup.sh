@@ -43,9 +43,9 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.fabricops-installed
-if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || lab/pyproject.toml -nt $stamp ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[lab,dev]'
+  .venv/bin/python -m pip install -q -e '.[dev]' -e ./lab
   touch "$stamp"
 fi
 # The repo root is the collection fabricops.fabric; Ansible finds it through .collections/.

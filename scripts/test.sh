@@ -109,7 +109,7 @@ if ((!quick)); then
   setsid bash -c '
     set -uo pipefail
     if ((lab_up_here)); then
-      phase "image build (background)" python -c "from fabricops.lab import image; image.ensure_image()" || exit 1
+      phase "image build (background)" python -c "from fabricops_lab import image; image.ensure_image()" || exit 1
       phase "lab up (background)" fabricops lab up >/dev/null || exit 1
       export FABRICOPS_LAB_SHARED=1
     fi
@@ -143,7 +143,7 @@ fi
 
 # the foreground yields the CPU to the integration tests in the background (the critical path)
 renice -n 10 $$ >/dev/null
-phase "lint: ruff" ruff check src tests plugins bench
+phase "lint: ruff" ruff check src lab tests plugins bench
 phase "lint: yamllint" yamllint -s .
 phase "lint: ansible-lint" ansible-lint --offline -q
 phase "lint: docs (mkdocs --strict)" mkdocs build --strict -q

@@ -39,7 +39,6 @@ from fabricops.errors import (
 # name -> module with register(subparsers); a module that is not there yet is skipped.
 SUBCOMMANDS = [
     "fabricops.commands.parse_cmd",
-    "fabricops.lab.cli",
     "fabricops.verify.cli",
     "fabricops.drift",
     "fabricops.diagnose",
@@ -54,6 +53,19 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+#: the entry-point group through which another installed distribution adds a subcommand: the
+#: emulated rack (``fabricops-lab``, lab/pyproject.toml) registers ``lab`` here, so ``fabricops lab``
+#: exists only where the lab is installed and the product never imports it.
+PLUGIN_GROUP = "fabricops.subcommands"
+
+
+def _plugin_subcommands():
+    """The ``register(subparsers)`` callables of the installed plugins, by name (a stable help)."""
+    from importlib.metadata import entry_points
+
+    return [ep.load() for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         if hasattr(module, "register"):  # a package whose CLI is still being written
             module.register(sub)
+    for register in _plugin_subcommands():
+        register(sub)
     for p in sub.choices.values():
         p.set_defaults(_subparser=p)  # an unknown flag is reported by the subcommand that got it
     return parser

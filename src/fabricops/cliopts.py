@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fabricops.errors import BadInput, CouldNotRun, UsageError
+from fabricops.redact import REDACTED, SECRET_KEY, redact
 
 STDOUT = "-"
 
@@ -64,13 +65,12 @@ def xml_safe(text: str) -> str:
 
 # --- credentials in a command line -----------------------------------------------------------------
 
-REDACTED = "********"
 #: an -e/--extra-vars value given as a mapping, with the flag in the same word or not
 _MAPPING_ARG = re.compile(r"^(?P<flag>-e|--[\w-]+=)?(?P<text>\s*(?:\{|---).*)$", re.DOTALL)
 
 
-#: ``"key": value`` inside JSON or a Python repr of it; the key is checked against the drift
-#: report's SECRET_KEY afterwards (a keyword inside the pattern would backtrack over long words)
+#: ``"key": value`` inside JSON or a Python repr of it; the key is checked against SECRET_KEY
+#: afterwards (a keyword inside the pattern would backtrack over long words)
 _QUOTED_PAIR = re.compile(
     r"""(?P<q>["'])(?P<key>[\w.-]+)(?P=q)(?P<sep>\s*:\s*)"""
     r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^,}\]\s]+)"""
@@ -78,8 +78,6 @@ _QUOTED_PAIR = re.compile(
 
 
 def _mask_quoted(m: re.Match[str]) -> str:
-    from fabricops.drift.report import SECRET_KEY
-
     if not SECRET_KEY.search(m["key"]):
         return m.group()
     q = m["q"]
@@ -89,16 +87,12 @@ def _mask_quoted(m: re.Match[str]) -> str:
 def redact_text(text: str) -> str:
     """``text`` with credential-looking values masked: ``key=value`` and ``key: value`` (as the drift
     report masks them) and ``"key": "value"``, the JSON form of ``-e``."""
-    from fabricops.drift.report import redact
-
     if not text:
         return text
     return redact(_QUOTED_PAIR.sub(_mask_quoted, text))
 
 
 def _mask(data: Any) -> Any:
-    from fabricops.drift.report import SECRET_KEY
-
     if isinstance(data, dict):
         return {k: REDACTED if SECRET_KEY.search(str(k)) else _mask(v) for k, v in data.items()}
     if isinstance(data, list):

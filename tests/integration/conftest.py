@@ -162,13 +162,13 @@ def ansible_playbook(
 
 
 def host_exec(name: str, argv: list[str], input: str | None = None, check: bool = True, timeout: float = 60):
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     return hosts.host_exec(name, argv, input=input, check=check, timeout=timeout)
 
 
 def ssh(name: str, command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    from fabricops.lab import hosts, paths
+    from fabricops_lab import hosts, paths
 
     lab = paths.load_lab()
     ip = lab["hosts"][name]["mgmt_ip"]
@@ -194,7 +194,7 @@ def _lab_problem() -> str | None:
     for tool in ("systemd-nspawn", "debootstrap"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    from fabricops.lab import preflight
+    from fabricops_lab import preflight
 
     missing = preflight.problems()
     return "; ".join(missing) if missing else None
@@ -208,7 +208,7 @@ def lab():
         if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
             pytest.fail(f"lab not available: {problem}")
         pytest.skip(f"lab not available: {problem}")
-    from fabricops.lab import paths, rack, topology
+    from fabricops_lab import paths, rack, topology
 
     if os.environ.get("FABRICOPS_LAB_SHARED") == "1":
         # scripts/test.sh brought the rack up and runs several pytest streams on it at once: each
@@ -237,7 +237,7 @@ def rebuild_lab(lab: dict, topology_file: str | None = None, n_hosts: int | None
     session's ``lab`` dict is updated in place when it is the default rack again. The image is cached,
     so this costs the hosts' boot (seconds), not a build. The controller's fact cache goes too: facts
     cached from the hosts that were (gathering = smart) must not stand for the new ones."""
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     rack.down()
     shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)
@@ -276,7 +276,7 @@ def ssh_fixture(lab):
     return ssh
 
 
-#: the controller's address on the lab's management bridge (fabricops.lab.network)
+#: the controller's address on the lab's management bridge (fabricops_lab.network)
 LAB_CONTROLLER_IP = "198.51.100.1"
 
 

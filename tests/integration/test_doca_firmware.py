@@ -77,7 +77,7 @@ def play(lab, ansible_playbook):
 
 @pytest.fixture(scope="module", autouse=True)
 def standalone_mlnx_ofed(lab, ssh, play):
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     def factory_firmware():  # the NICs' flash as the lab made them (below the line: no tool resets it)
         hosts.host_exec(HOST, ["sh", "-c", "rm -f /var/lib/emulated-hw/firmware/*.json"])

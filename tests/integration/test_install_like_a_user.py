@@ -15,6 +15,8 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
+import zipfile
 
 import pytest
 from integration.conftest import INVENTORY, REPO, VENV_BIN, _recap, ansible_env
@@ -82,7 +84,7 @@ def user(tmp_path_factory, lab):
                       f"fact_caching_connection = {root / 'facts'}")
     assert str(root / "facts") in cfg
     (work / "ansible.cfg").write_text(cfg)
-    return {"env": env, "work": work, "bin": venv / "bin", "colls": colls}
+    return {"env": env, "work": work, "bin": venv / "bin", "colls": colls, "root": root}
 
 
 def _build_outputs() -> set[str]:
@@ -107,9 +109,28 @@ def test_the_installed_package_runs_from_its_own_venv_without_the_checkout(user)
     code = "import fabricops, sys; print(fabricops.__file__); print(sys.prefix)"
     out = _ok(_run(["python", "-c", code], user["work"], user["env"])).stdout
     assert str(REPO) not in out.splitlines()[0]
-    # a production controller installs no lab packages: the emulated switches' SSH server is an extra
+    # a production controller installs no lab packages: the emulated switches' SSH server is the lab's
     lab_dep = _run(["python", "-c", "import asyncssh"], user["work"], user["env"])
     assert lab_dep.returncode != 0
+
+
+def test_the_runtime_wheel_and_collection_carry_no_lab_and_the_cli_offers_none(user):
+    """The emulated rack is its own distribution (lab/pyproject.toml): none of it in the wheel or the
+    collection tarball, not importable on the controller, and no `lab` in `fabricops --help`."""
+    (wheel,) = user["root"].glob("fabricops-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("fabricops/verify/") for n in names)
+    assert [n for n in names if n.startswith(("fabricops_lab", "fabricops/lab/"))] == []
+    (tarball,) = user["root"].glob("fabricops-fabric-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        members = tar.getnames()
+    assert "roles" in members and [n for n in members if n == "lab" or n.startswith("lab/")] == []
+    assert _run(["python", "-c", "import fabricops_lab"], user["work"], user["env"]).returncode != 0
+    helptext = _ok(_run(["fabricops", "--help"], user["work"], user["env"])).stdout
+    commands = re.findall(r"^    (\w+) ", helptext, re.M)
+    assert "verify" in commands and "lab" not in commands, helptext
+    lab = _run(["fabricops", "lab", "status"], user["work"], user["env"])
+    assert lab.returncode == 2 and "invalid choice: 'lab'" in lab.stderr
 
 
 def test_ansible_builder_introspect_lists_the_collections_python_requirements(user):

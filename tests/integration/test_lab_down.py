@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.lab_teardown]
 
 
 def test_down_leaves_no_trace(lab):
-    from fabricops.lab import paths, rack
+    from fabricops_lab import paths, rack
 
     rack.down()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout

@@ -111,14 +111,14 @@ def test_emulated_sysfs_and_wire(ssh):
 
 
 def test_second_up_changes_nothing(lab):
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     again = rack.up()
     assert again["changed"] == []
 
 
 def test_status_json(lab):
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     st = rack.status()
     assert {h: v["state"] for h, v in st["hosts"].items()} == {h: "up" for h in HOSTS}

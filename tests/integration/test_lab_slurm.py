@@ -22,7 +22,7 @@ def gpu_hosts(lab) -> list[str]:
 
 def ctl(command: str, timeout: float = 30) -> subprocess.CompletedProcess:
     """COMMAND on the head node over SSH (the lab's key and known_hosts, like every lab host)."""
-    from fabricops.lab import hosts, paths
+    from fabricops_lab import hosts, paths
 
     ip = paths.load_lab()["slurm"]["controller"]["mgmt_ip"]
     return subprocess.run(["ssh", *hosts.ssh_base_args(), f"root@{ip}", command],

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 
 HOST = "gpu04"
 CONTROLLER_IP = "198.51.100.1"
-EMUL = REPO / "src" / "fabricops" / "lab" / "emul" / "ethtool.py"
+EMUL = REPO / "lab" / "src" / "fabricops_lab" / "emul" / "ethtool.py"
 ETHTOOL_WRAPPER = (
     "#!/usr/bin/python3\nimport sys\nsys.path.insert(0, \"/usr/lib/emulated-hw\")\n"
     "from emul.ethtool import main\nsys.exit(main(sys.argv[1:]))\n"

@@ -48,7 +48,7 @@ def port_of(lab: dict, host: str, hca: str) -> dict:
 def switch_conn(lab: dict, name: str):
     from netmiko import ConnectHandler
 
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     sw = lab["switches"][name]
     device_type = "mellanox_mlnxos" if sw["os"] == "onyx" else "cumulus_linux"

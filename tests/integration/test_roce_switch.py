@@ -27,7 +27,7 @@ def _fabricops(*args):
 
 
 def _switch_dir(name):
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     return paths.switch_dir(name)
 
@@ -37,8 +37,8 @@ def _password(name):
 
 
 def _netmiko(name):
-    from fabricops.lab import paths
     from fabricops.switch import transport
+    from fabricops_lab import paths
 
     info = paths.load_lab()["switches"][name]
     os_name = "onyx" if name == "leaf-onyx" else "cumulus"
@@ -91,7 +91,7 @@ def converged(lab, ansible_playbook):
 def test_first_run_configures_both(converged):
     for name in SWITCHES:
         assert converged.hosts[name]["failures"] == 0
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     for name in SWITCHES:
         fabric = json.loads((paths.fabric_dir() / "switches" / f"{name}.json").read_text())

@@ -1,6 +1,6 @@
 """Fabric services on the lab (gpu02 only): subnet manager, fabric manager, GPUDirect RDMA.
 
-gpu02 is switched to host-run SM with ``fabricops.lab.fabric_services.attach_host`` (its own
+gpu02 is switched to host-run SM with ``fabricops_lab.fabric_services.attach_host`` (its own
 hardware.json and emulated software; other hosts keep the switch-run SM), so its InfiniBand
 ports are Initialize until the subnet_manager role runs, and Active after. The module fixture
 puts gpu02 back (SM stopped, switch-run SM, driver version restored) when the tests end.
@@ -15,9 +15,9 @@ import tempfile
 import pytest
 from labtools import ensure_ofed
 
-from fabricops.lab import fabric_services as fs
-from fabricops.lab import hosts as lab_hosts
-from fabricops.lab import paths
+from fabricops_lab import fabric_services as fs
+from fabricops_lab import hosts as lab_hosts
+from fabricops_lab import paths
 
 pytestmark = pytest.mark.lab
 

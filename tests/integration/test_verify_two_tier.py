@@ -77,7 +77,7 @@ def bad(data) -> list[dict]:
 
 def _install_ofed(ssh, host: str) -> None:
     """The lab's default MLNX_OFED on ``host`` by its own installer, as a site's image build does."""
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     info = json.loads(paths.lab_json().read_text())["ofed"]
     v = info["versions"][info["default_version"]]
@@ -250,7 +250,7 @@ def test_a_swapped_cable_is_named(two_tier, tmp_path):
 
 def _ctl(command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """COMMAND on the Slurm head node over SSH, as a site's operator runs it."""
-    from fabricops.lab import hosts, paths
+    from fabricops_lab import hosts, paths
 
     ip = paths.load_lab()["slurm"]["controller"]["mgmt_ip"]
     return subprocess.run(["ssh", *hosts.ssh_base_args(), f"root@{ip}", command], input=stdin,

@@ -284,7 +284,7 @@ def test_usage_differs_from_drift_found_in_a_real_process():
     ]
 
 
-#: run in a subprocess: the lab's state directory is read when fabricops.lab.paths is imported
+#: run in a subprocess: the lab's state directory is read when fabricops_lab.paths is imported
 LAB_NORUN = [["lab", "status"], ["lab", "ssh", "gpu01"], ["lab", "status", "--json"]]
 
 

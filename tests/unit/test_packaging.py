@@ -37,7 +37,25 @@ def test_collection_requirements_are_the_package_runtime_dependencies():
     required = {"ansible-core", "ansible-runner", "netmiko", "jinja2", "pyyaml", "pytest-testinfra"}
     assert required <= set(runtime)
     assert "asyncssh" not in runtime
-    assert "asyncssh" in _reqs(project["optional-dependencies"]["lab"])
+    lab = tomllib.loads((REPO / "lab/pyproject.toml").read_text())["project"]
+    assert "asyncssh" in _reqs(lab["dependencies"])
+    assert _reqs(lab["dependencies"])["fabricops"] == f"=={project['version']}" == f"=={lab['version']}"
+
+
+def test_the_lab_is_its_own_distribution_that_adds_its_subcommand():
+    """The emulated rack is lab/pyproject.toml's fabricops-lab: the product's package finder and
+    package data hold nothing of it, and `fabricops lab` comes through the entry point."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "lab" not in project["project"]["optional-dependencies"]
+    assert not (REPO / "src/fabricops/lab").exists()
+    data = project["tool"]["setuptools"]["package-data"]
+    assert not [g for globs in data.values() for g in globs if "lab" in g]
+    lab = tomllib.loads((REPO / "lab/pyproject.toml").read_text())
+    assert lab["project"]["entry-points"]["fabricops.subcommands"] == {"lab": "fabricops_lab.cli:register"}
+    from fabricops import cli
+
+    assert cli.PLUGIN_GROUP == "fabricops.subcommands"
+    assert "lab" in cli.build_parser()._subparsers._group_actions[0].choices  # installed here (setup.sh)
 
 
 def test_meta_execution_environment_points_at_the_requirement_files():
@@ -50,7 +68,7 @@ def test_meta_execution_environment_points_at_the_requirement_files():
 
 def test_the_collection_build_leaves_out_the_checkouts_settings():
     ignore = yaml.safe_load((REPO / "galaxy.yml").read_text())["build_ignore"]
-    for entry in ("ansible.cfg", "inventories/lab", ".venv", "tests", ".collections", "src"):
+    for entry in ("ansible.cfg", "inventories/lab", ".venv", "tests", ".collections", "src", "lab"):
         assert entry in ignore
 
 
@@ -59,7 +77,7 @@ def test_no_runtime_module_finds_files_from_its_own_location():
     offenders = [
         str(f.relative_to(REPO))
         for f in (REPO / "src/fabricops").rglob("*.py")
-        if "/lab/" not in str(f) and re.search(r"__file__\)?\.resolve\(\)\.parents\[", f.read_text())
+        if re.search(r"__file__\)?\.resolve\(\)\.parents\[", f.read_text())
     ]
     assert offenders == []
 

@@ -1,4 +1,4 @@
-"""The lab's fabric-services packages (fabricops.lab.fabric_services): opensm deb, fabric manager repo."""
+"""The lab's fabric-services packages (fabricops_lab.fabric_services): opensm deb, fabric manager repo."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricops.lab import fabric_services as fs
+from fabricops_lab import fabric_services as fs
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
 
@@ -53,7 +53,7 @@ def test_fm_repo_is_signed_and_its_key_reaches_the_role(tmp_path, monkeypatch):
     """prepare() signs the repository (InRelease, Release.gpg) and hands the key's URL and sha256 to
     the role (issue 15: no more [trusted=yes]); gpgv, apt's verifier, accepts them with that key
     and refuses a Release changed after signing."""
-    from fabricops.lab import paths
+    from fabricops_lab import paths
 
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
     facts = fs.prepare({})
@@ -72,7 +72,7 @@ def test_fm_repo_is_signed_and_its_key_reaches_the_role(tmp_path, monkeypatch):
                               .read_text())
     assert defaults["nvidia_fabric_manager_repo_trusted"] is False
     # the key reaches the role as its own variables in the lab inventory, as a real rack's does
-    from fabricops.lab import inventory, topology
+    from fabricops_lab import inventory, topology
 
     data = inventory.all_yml({"topology": topology.load(), "fabric_manager": facts}, None)
     assert data["nvidia_fabric_manager_repo_key_url"] == facts["repo_key_url"]

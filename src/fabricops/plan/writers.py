@@ -5,7 +5,8 @@
 ``fabricops_roce`` when the fabric is RoCE, ``fabricops_cabling`` host-to-leaf cables and
 ``fabricops_switch_links`` between tiers) and ``lab-topology.yml``: 2-4 hosts of the plan's shape,
 cabled as the plan cables them (a multi-tier plan: with the leaves' spines and links, two-tier),
-which ``fabricops.lab.topology.load`` accepts.
+which ``fabricops_lab.topology.load`` accepts (the lab's own tests hold every slice to its loader:
+the product does not import the lab, which a production controller does not have).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 import yaml
 
-from fabricops.lab import topology as lab_topology
 from fabricops.model import roce as roce_model
 from fabricops.plan.recommend import Plan
 
@@ -39,6 +39,8 @@ HEADER = (
 #: address and NUMA node from the name (ibp26s0 -> bus 0x1a, NUMA 0; buses >= 0x80 on NUMA 1).
 RAIL_BUSES = (26, 60, 77, 94, 156, 188, 204, 220, 27, 61, 78, 95, 157, 189, 205, 221)
 LAB_MAX_SLICE_HOSTS = 4
+#: the most hosts a lab topology holds (``fabricops_lab.topology.MAX_HOSTS``; a test holds them equal)
+LAB_MAX_HOSTS = 63
 LAB_MAX_ROCE_RAILS = 4
 LIST_KEYS = ("fabricops_cabling", "fabricops_switch_links")
 PORT_FORMAT = {"ib": "{n}", "onyx": "Eth1/{n}", "cumulus": "swp{n}"}
@@ -266,7 +268,7 @@ def lab_slice(
     and Dragonfly+ global links stay out. WIRING is :func:`cabling`'s result when the caller has it."""
     d = plan.design
     n = hosts or max(2, min(LAB_MAX_SLICE_HOSTS, d.nodes))
-    n = min(n, lab_topology.MAX_HOSTS)
+    n = min(n, LAB_MAX_HOSTS)
     link_layer = plan.link_layer or "InfiniBand"
     sw = plan.switch
     os_ = sw.lab_os if sw else "ib"
@@ -416,9 +418,9 @@ def inventory(plan: Plan) -> dict[str, str]:
 def write(plan: Plan, directory: str | Path) -> list[Path]:
     """Write the inventory skeleton and lab topology under ``directory``; returns the paths written.
 
-    The lab topology is validated with ``fabricops.lab.topology`` before anything is written."""
+    The lab topology is the shape ``fabricops_lab.topology`` loads (tests/unit/plan hold every plan's
+    slice to it); ``fabricops lab up --topology`` validates it again before it builds anything."""
     files = inventory(plan)
-    lab_topology.normalise(yaml.safe_load(files["lab-topology.yml"]), source="lab-topology.yml")
     out = []
     root = Path(directory)
     for rel, text in files.items():

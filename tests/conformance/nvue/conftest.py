@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from fabricops.lab.switchd.server import serve
+from fabricops_lab.switchd.server import serve
 
 PASSWORD = "conf-secret"
 

@@ -15,7 +15,7 @@ from typing import Any
 import asyncssh
 import yaml
 
-from fabricops.lab.switchd.server import serve
+from fabricops_lab.switchd.server import serve
 
 PASSWORD = "conformance-secret"
 NAME = "leaf-onyx"

@@ -1,7 +1,7 @@
 """Emulated switches for act's port quarantine, and the inventory that describes them.
 
 ``SshSwitch`` serves one emulated Onyx or Cumulus switch over real SSH on 127.0.0.1 (the lab's
-``fabricops.lab.switchd.server.serve``, as tests/unit/switch/test_access.py starts them): act reaches
+``fabricops_lab.switchd.server.serve``, as tests/unit/switch/test_access.py starts them): act reaches
 it exactly as it reaches a real one (inventory variables, password, known_hosts, netmiko).
 ``engine_rack`` is tests/unit/switch/conftest.py's in-process ``Rack`` (the same emulator code, no
 SSH), for the cases that do not need the transport. ``show`` reads the emulated switch back through
@@ -19,9 +19,9 @@ from typing import Any
 
 import asyncssh
 
-from fabricops.lab.switchd.nvue import NvueSession
-from fabricops.lab.switchd.onyx import OnyxSession
-from fabricops.lab.switchd.server import serve
+from fabricops_lab.switchd.nvue import NvueSession
+from fabricops_lab.switchd.onyx import OnyxSession
+from fabricops_lab.switchd.server import serve
 
 _spec = importlib.util.spec_from_file_location(
     "_switch_conftest", Path(__file__).parents[1] / "switch" / "conftest.py"

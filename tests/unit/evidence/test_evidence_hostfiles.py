@@ -189,7 +189,7 @@ def test_nccl_conf_cuts_name_and_value_at_1023():
 @pytest.mark.parametrize(("text", "env"), NCCL_CASES)
 def test_nccl_conf_agrees_with_the_emulated_nccl(text, env):
     """The lab's NCCL (an independent reading of setEnvFile) sees the same NCCL_* variables."""
-    from fabricops.lab.emul.nccl import set_env_file
+    from fabricops_lab.emul.nccl import set_env_file
 
     lab = set_env_file(text)
     assert lab == {k: v for k, v in h.parse_nccl_conf(text).items() if k.isidentifier()}

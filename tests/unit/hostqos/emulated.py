@@ -1,5 +1,5 @@
 """An emulated RoCE host for hostqos tests: the lab's emulated mlnx_qos / cma_roce_* and sysfs knobs
-(fabricops.lab.emul) under a temporary EMUL_ROOT, reached through the same calls a host offers."""
+(fabricops_lab.emul) under a temporary EMUL_ROOT, reached through the same calls a host offers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab.emul import devstate, hwctl, tools
+from fabricops_lab.emul import devstate, hwctl, tools
 
 NETDEV, DEVICE = "enp41s0f0np0", "mlx5_2"
 

@@ -137,7 +137,7 @@ def test_boot_program_needs_the_host_qos_modules_and_not_the_controller_ones():
                    "fabricops/hostqos/knobs.py", "fabricops/hostqos/mlnx_qos.py",
                    "fabricops/parsers/__init__.py", "fabricops/parsers/mlnx_qos.py"):
         assert needed in paths
-    assert not any(p.startswith(("fabricops/model/", "fabricops/lab/")) for p in paths), paths
+    assert not any(p.startswith(("fabricops/model/", "fabricops_lab/")) for p in paths), paths
     assert "fabricops/hostqos/plan.py" not in paths  # the controller's side: the config is its output
     assert [f["path"] for f in ship.files_for("fabricops.monitor.collector")] == [
         "fabricops/__init__.py", "fabricops/evidence/__init__.py", "fabricops/evidence/errors.py",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import doca_repo, inventory, ofed_repo, paths, topology
+from fabricops_lab import doca_repo, inventory, ofed_repo, paths, topology
 
 KERNEL = "6.1.0-18-amd64"
 OLD, NEW = "2.9.1", "3.1.0"
@@ -191,7 +191,7 @@ def test_inventory_adds_doca_vars_without_changing_the_install_method():
 
 
 def test_lab_start_prepares_doca_after_the_ofed_repository(tmp_path, monkeypatch):
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path)
     calls = []

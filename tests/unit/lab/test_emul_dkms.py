@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import doca_repo
-from fabricops.lab.emul import dkms, kernels, mokutil, rdma, services
 from fabricops.parsers import dkms as dkms_parser
 from fabricops.parsers import mokutil as mok_parser
+from fabricops_lab import doca_repo
+from fabricops_lab.emul import dkms, kernels, mokutil, rdma, services
 
 K = "6.1.0-18-amd64"
 K2 = "6.1.0-21-amd64"
 OFED = "24.10-1.1.4.0"
 VER = doca_repo.dkms_version(OFED)
 M = "mlnx-ofed-kernel"
-SRC = Path(__file__).resolve().parents[3] / "src"
-DATA = SRC / "fabricops/lab/data/doca"
+LAB = Path(__file__).resolve().parents[3] / "lab" / "src" / "fabricops_lab"
+DATA = LAB / "data" / "doca"
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def _dkms_on_path(tmp_path: Path) -> dict[str, str]:
     script = bindir / "dkms"
     # the emul package alone, as lab hosts have it in /usr/lib/emulated-hw (fast to start)
     script.write_text(f"#!/bin/sh\nexec {sys.executable} -S -c 'import sys; "
-                      f"sys.path.insert(0, \"{SRC / 'fabricops/lab'}\"); "
+                      f"sys.path.insert(0, \"{LAB}\"); "
                       "from emul import dkms; sys.exit(dkms.main(sys.argv[1:]))' \"$@\"\n")
     script.chmod(0o755)
     return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")

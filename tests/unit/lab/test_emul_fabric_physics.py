@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from test_emul_perftest import RUNNER, counter, free_port, make_host, set_switch_port, wait_listening
 
-from fabricops.lab import hosts, paths, rack, topology
-from fabricops.lab.emul import devstate, perftest
-from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.model import rates
 from fabricops.parsers.perftest import parse_bw
+from fabricops_lab import hosts, paths, rack, topology
+from fabricops_lab.emul import devstate, perftest
+from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
 NDR = 400 * perftest.IB_EFFICIENCY  # one NDR flow alone: 392.8 Gb/s
 

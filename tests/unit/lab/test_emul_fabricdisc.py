@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from fabricops.lab import faults, hardware, paths, topology
-from fabricops.lab.emul import fabricdisc, hwctl, tools
-from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.parsers import parse
 from fabricops.verify import cabling
+from fabricops_lab import faults, hardware, paths, topology
+from fabricops_lab.emul import fabricdisc, hwctl, tools
+from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
 LAYERS = {
     "ib-sw1": "InfiniBand",
@@ -237,7 +237,7 @@ def test_swapped_cable_requests_are_checked(rack):
 def test_discovery_tools_ship_where_the_real_ones_do(tmp_path):
     """ibnetdiscover/iblinkinfo come with infiniband-diags (emulated MLNX_OFED), lldpctl with the
     server image (lldpd), never inside an OFED package."""
-    from fabricops.lab import hosts, ofed_repo
+    from fabricops_lab import hosts, ofed_repo
 
     packaged = ofed_repo.ofed_tools()
     assert {"ibnetdiscover", "iblinkinfo"} <= set(packaged["infiniband-diags"])

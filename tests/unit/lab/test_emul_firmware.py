@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import hardware, topology
-from fabricops.lab.emul import devstate, firmware, hwctl, rdma
 from fabricops.parsers import ibstat as ibstat_parser
 from fabricops.parsers import mlxconfig as cfgp
 from fabricops.parsers import mlxfwmanager as mgrp
 from fabricops.parsers import mlxfwreset as rstp
+from fabricops_lab import hardware, topology
+from fabricops_lab.emul import devstate, firmware, hwctl, rdma
 
 TOPO = topology.load()
 

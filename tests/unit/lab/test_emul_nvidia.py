@@ -8,8 +8,8 @@ import re
 import pytest
 from captures import read_fixture
 
-from fabricops.lab.emul.tools import main
 from fabricops.parsers.nvidia_smi import parse_nvlink, parse_q, parse_query, parse_topo
+from fabricops_lab.emul.tools import main
 
 BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
 

@@ -24,7 +24,7 @@ from fabricops.parsers.perftest import parse_bw, parse_lat
 COUNTERS = ["port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "symbol_error"]
 HW_COUNTERS = ["out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "np_cnp_sent",
                "rp_cnp_handled", "np_ecn_marked_roce_packets", "roce_adp_retrans"]
-RUNNER = "import sys; from fabricops.lab.emul.tools import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
+RUNNER = "import sys; from fabricops_lab.emul.tools import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
 
 
 def _write(path: Path, text: str) -> None:
@@ -461,7 +461,7 @@ def test_a_latency_run_takes_its_iterations_not_a_second(monkeypatch):
     """ib_write_lat's default 1,000 exchanges take milliseconds on the hardware (perftest README:
     -n default 1000; latencies in microseconds): the emulated run does not sleep the bandwidth run's
     second. A bandwidth run keeps EMUL_PERFTEST_SECONDS, and -D caps either."""
-    from fabricops.lab.emul import perftest as emul
+    from fabricops_lab.emul import perftest as emul
 
     monkeypatch.setenv("EMUL_PERFTEST_SECONDS", "1.0")
     assert emul._run_seconds(emul.Options(verb="write", kind="lat")) == pytest.approx(0.01)

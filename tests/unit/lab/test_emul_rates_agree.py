@@ -3,8 +3,8 @@ agree with the one rate table in fabricops.model, or the lab would print rates t
 
 import pytest
 
-from fabricops.lab.emul import hwctl
 from fabricops.model import rates
+from fabricops_lab.emul import hwctl
 
 
 @pytest.mark.parametrize("speed", sorted(hwctl.SPEEDS))

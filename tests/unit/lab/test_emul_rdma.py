@@ -14,8 +14,8 @@ from captures import read_fixture
 from emul_host import _hw, host_tree, write_hw
 
 from fabricops.errors import ParseError
-from fabricops.lab.emul import devstate, hwctl, tools
 from fabricops.parsers import parse
+from fabricops_lab.emul import devstate, hwctl, tools
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Emulated opensm / sminfo / nv-fabricmanager / modprobe+lsmod (fabricops.lab.emul.services)."""
+"""Emulated opensm / sminfo / nv-fabricmanager / modprobe+lsmod (fabricops_lab.emul.services)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from captures import read_fixture
 
 from fabricops import services as svc
-from fabricops.lab.emul import hwctl
-from fabricops.lab.emul import services as es
 from fabricops.parsers import sminfo as sminfo_parser
+from fabricops_lab.emul import hwctl
+from fabricops_lab.emul import services as es
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -92,7 +92,7 @@ def rack(tmp_path):
 
 def run_tool(root: Path, tool: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, EMUL_ROOT=str(root), PYTHONPATH=str(SRC))
-    code = f"import sys; from fabricops.lab.emul.services import main; sys.exit(main({tool!r}, sys.argv[1:]))"
+    code = f"import sys; from fabricops_lab.emul.services import main; sys.exit(main({tool!r}, sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=30
     )
@@ -100,7 +100,7 @@ def run_tool(root: Path, tool: str, *args: str) -> subprocess.CompletedProcess:
 
 def start_opensm(root: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, EMUL_ROOT=str(root), PYTHONPATH=str(SRC))
-    code = "import sys; from fabricops.lab.emul.services import main; sys.exit(main('opensm', sys.argv[1:]))"
+    code = "import sys; from fabricops_lab.emul.services import main; sys.exit(main('opensm', sys.argv[1:]))"
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricops.lab import hardware, hosts, inventory, paths, rack, topology
-from fabricops.lab.emul import hwctl, services, tools
+from fabricops_lab import hardware, hosts, inventory, paths, rack, topology
+from fabricops_lab.emul import hwctl, services, tools
 
 
 def _run(tool: str, *argv: str) -> tuple[int, str, str]:

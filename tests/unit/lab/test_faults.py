@@ -10,7 +10,7 @@ import pytest
 
 from fabricops import cli
 from fabricops.errors import EXIT_NORUN, FabricopsError
-from fabricops.lab import faults, hardware, paths, topology
+from fabricops_lab import faults, hardware, paths, topology
 
 # Written in another layout than faults.py writes, so "restores the original bytes" is a real check.
 ORIGINAL_FORMAT = {"indent": 1, "sort_keys": True}
@@ -379,7 +379,7 @@ def two_tier(tmp_path, monkeypatch):
     topo = topology.resolve("two-tier")
     lab = {"name": topo["name"], "topology": topo, "hosts": {}, "switches": {}}
     paths.save_lab(lab)
-    from fabricops.lab import switches
+    from fabricops_lab import switches
 
     for sw in topo["switches"]:
         if sw["os"] == "ib":
@@ -472,7 +472,7 @@ def test_roce_switch_port_faults_write_port_faults(two_tier, switch, port):
 
 
 def _onyx(two_tier, name="leaf3"):
-    from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
+    from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
     sw = next(s for s in two_tier["switches"] if s["name"] == name)
     emu = OnyxSwitch(name, sw["ports"], paths.switch_dir(name), ib_fabric(name))
@@ -483,7 +483,7 @@ def _onyx(two_tier, name="leaf3"):
 
 
 def _nvue(two_tier, name="spine1"):
-    from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
+    from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
 
     sw = next(s for s in two_tier["switches"] if s["name"] == name)
     emu = NvueSwitch(name, sw["ports"], paths.switch_dir(name), ib_fabric(name))
@@ -496,7 +496,7 @@ def _nvue(two_tier, name="spine1"):
 def test_onyx_emulator_applies_port_faults_and_pfc_off_and_restores(two_tier):
     """What the physics reads (switches/leaf3.json) and what the switch's CLI shows, after the lab's
     fault and after clear, with no CLI session in between (switchd's ticker runs sync_faults)."""
-    from fabricops.lab.switchd.state import sync_faults
+    from fabricops_lab.switchd.state import sync_faults
 
     emu, sess = _onyx(two_tier)
     fabric = ib_fabric("leaf3")
@@ -524,7 +524,7 @@ def test_onyx_emulator_applies_port_faults_and_pfc_off_and_restores(two_tier):
 
 
 def test_nvue_emulator_applies_pfc_off_as_a_pfc_profile_and_restores(two_tier):
-    from fabricops.lab.switchd.state import sync_faults
+    from fabricops_lab.switchd.state import sync_faults
 
     emu, sess = _nvue(two_tier)
     fabric = ib_fabric("spine1")
@@ -552,7 +552,7 @@ def test_switchd_ticker_applies_a_fault_without_a_session(two_tier, tmp_path):
     import asyncio
     import time
 
-    from fabricops.lab.switchd import server
+    from fabricops_lab.switchd import server
 
     sw = next(s for s in two_tier["switches"] if s["name"] == "leaf4")
     fabric = ib_fabric("leaf4")

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from fabricops import cli
-from fabricops.lab import doca_repo, faults, hardware, paths, topology
-from fabricops.lab.emul import dkms, kernels, mokutil
+from fabricops_lab import doca_repo, faults, hardware, paths, topology
+from fabricops_lab.emul import dkms, kernels, mokutil
 
 K = "6.1.0-18-amd64"
 OFED = "24.10-1.1.4.0"

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from fabricops.lab import faults, hardware, paths, topology
-from fabricops.lab.emul import firmware
 from fabricops.parsers import mlxconfig as cfgp
 from fabricops.parsers import mlxfwmanager as mgrp
+from fabricops_lab import faults, hardware, paths, topology
+from fabricops_lab.emul import firmware
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import hashlib
 import io
 import json
 
-from fabricops.lab import firmware_images, hardware, inventory, topology
-from fabricops.lab.emul import firmware
 from fabricops.parsers import mlxfwmanager as mgrp
+from fabricops_lab import firmware_images, hardware, inventory, topology
+from fabricops_lab.emul import firmware
 
 TOPO = topology.load()
 
@@ -68,7 +68,7 @@ def test_served_image_is_what_the_emulated_mlxfwmanager_burns(tmp_path, monkeypa
 
 
 def test_lab_up_builds_the_images_after_the_ofed_repository(tmp_path, monkeypatch):
-    from fabricops.lab import paths, rack
+    from fabricops_lab import paths, rack
 
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path)
     calls = []

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from fabricops.lab import hardware, topology
+from fabricops_lab import hardware, topology
 
 HCA_KEYS = {
     "name",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from emul_host import _hw, host_tree, write_hw
 
-from fabricops.lab.emul import devstate, hwctl
+from fabricops_lab.emul import devstate, hwctl
 
 EMUL_DIR = Path(hwctl.__file__).parent
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import image
+from fabricops_lab import image
 
 RECIPE = {"mask": ["console-getty.service", "getty@.service"]}
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricops.lab import faults, hardware, hosts, paths, topology
-from fabricops.lab.emul import nccl
 from fabricops.parsers import nccl_tests
+from fabricops_lab import faults, hardware, hosts, paths, topology
+from fabricops_lab.emul import nccl
 
-RUN = "import sys; from fabricops.lab.emul.tools import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
+RUN = "import sys; from fabricops_lab.emul.tools import main; sys.exit(main(sys.argv[1], sys.argv[2:]))"
 MPIRUN = [
     "--allow-run-as-root",
     "-np",
@@ -271,7 +271,7 @@ def test_mtu_mismatch_hangs(lab, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
         "import os, subprocess, sys\n"
-        "from fabricops.lab.emul import nccl\n"
+        "from fabricops_lab.emul import nccl\n"
         "def remote(host, argv):\n"
         f"    env = dict(os.environ, EMUL_ROOT={str(tmp_path)!r} + '/' + host)\n"
         f"    p = subprocess.run([sys.executable, '-c', {RUN!r}, 'nccl-rank-info', *argv[1:]],"

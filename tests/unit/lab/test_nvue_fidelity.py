@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from fabricops.lab.switchd.nvue import RELEASES, NvueSession, NvueSwitch
-from fabricops.lab.switchd.nvue_api import NvueApi
+from fabricops_lab.switchd.nvue import RELEASES, NvueSession, NvueSwitch
+from fabricops_lab.switchd.nvue_api import NvueApi
 
 
 def _sw(tmp_path, release="5.14", password="pw"):
@@ -214,7 +214,7 @@ def test_rest_changeset_merges_onto_what_is_applied_then(tmp_path):
 def test_topology_picks_a_release_per_cumulus_switch():
     import yaml
 
-    from fabricops.lab import switches, topology
+    from fabricops_lab import switches, topology
 
     raw = yaml.safe_load(topology.DEFAULT_TOPOLOGY.read_text())
     cum = next(s for s in raw["switches"] if s["os"] == "cumulus")

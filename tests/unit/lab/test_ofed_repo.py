@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import ofed_repo, paths, procs
-from fabricops.lab.emul import tools as emul_tools
+from fabricops_lab import ofed_repo, paths, procs
+from fabricops_lab.emul import tools as emul_tools
 
 OLD, NEW = "23.10-1.1.9.0", "24.10-1.1.4.0"
 KERNEL = "6.1.0-18-amd64"
@@ -569,7 +569,7 @@ def test_a_stopped_agent_is_gone_before_the_next_gpg_starts(tmp_path, monkeypatc
     waits until its socket is removed, and nested blocks stop the agent once, at the outermost."""
     import stat
 
-    from fabricops.lab import ofed_repo
+    from fabricops_lab import ofed_repo
 
     sock = tmp_path / "S.gpg-agent"
     log = tmp_path / "calls"

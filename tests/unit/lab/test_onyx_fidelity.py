@@ -9,8 +9,8 @@ import re
 import pytest
 from captures import read_fixture
 
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.parsers.onyx import parse_ecn, parse_pfc, parse_qos_trust, parse_running_config
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
 UNREC = '% Unrecognized command "{}".\nType "?" for help.\n'
 
@@ -233,8 +233,8 @@ def test_ets_and_traffic_pool_equal_the_captures(tmp_path):
 def test_topology_release_field():
     import yaml
 
-    from fabricops.lab import topology
-    from fabricops.lab.switches import switchd_command
+    from fabricops_lab import topology
+    from fabricops_lab.switches import switchd_command
 
     def with_release(name, value):
         raw = yaml.safe_load(topology.DEFAULT_TOPOLOGY.read_text())

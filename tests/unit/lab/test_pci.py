@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import faults, hardware, paths, topology
-from fabricops.lab.emul import hwctl, pci, perftest, services
 from fabricops.parsers import lspci as parser
+from fabricops_lab import faults, hardware, paths, topology
+from fabricops_lab.emul import hwctl, pci, perftest, services
 
 TOPO = topology.load()
 
@@ -408,14 +408,14 @@ def test_pcie_downtrained_takes_every_function_of_the_card_along(lab):
 
 
 def test_hosts_get_the_lspci_and_modinfo_front_ends(tmp_path):
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     hosts.install_emulated_software(tmp_path)
     lspci_wrapper = (tmp_path / "usr/local/bin/lspci").read_text()
     assert 'main("lspci"' in lspci_wrapper and os.access(tmp_path / "usr/local/bin/lspci", os.X_OK)
     assert 'main("modinfo"' in (tmp_path / "usr/local/sbin/modinfo").read_text()
     assert (tmp_path / hosts.EMUL_TARGET / "emul/pci.py").is_file()
-    from fabricops.lab.emul import tools
+    from fabricops_lab.emul import tools
 
     assert tools.TOOLS["lspci"] == "pci:lspci"
 
@@ -425,7 +425,7 @@ def test_the_copied_emul_package_runs_lspci_on_its_own(tmp_path, root):
     import subprocess
     import sys
 
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     hosts.install_emulated_software(tmp_path / "host")
     target = tmp_path / "host" / hosts.EMUL_TARGET

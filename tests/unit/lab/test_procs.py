@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from fabricops.lab import procs
+from fabricops_lab import procs
 
 
 def test_running_process_is_alive():

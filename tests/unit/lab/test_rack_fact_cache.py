@@ -7,7 +7,7 @@ took the old hosts' cached facts for the new ones, and the second converge chang
 
 from __future__ import annotations
 
-from fabricops.lab import rack
+from fabricops_lab import rack
 
 
 def _project(tmp_path, monkeypatch, cache_lines: str):

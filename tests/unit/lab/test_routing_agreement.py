@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from fabricops.lab import hardware, inventory, topology
-from fabricops.lab.emul.perftest import Fabric as EmulFabric
 from fabricops.model.fabric import Fabric
 from fabricops.verify import coverage
+from fabricops_lab import hardware, inventory, topology
+from fabricops_lab.emul.perftest import Fabric as EmulFabric
 
 SHAPES = [8, 16, 32]
 

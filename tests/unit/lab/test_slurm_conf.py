@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hosts, inventory, paths, slurm, topology
+from fabricops_lab import hosts, inventory, paths, slurm, topology
 
 # what slurmd 22.05 -C printed inside a lab host on the 2-core development machine
 SLURMD_C = (

@@ -13,12 +13,12 @@ from captures import read_fixture
 from netmiko import ConnectHandler
 from netmiko.exceptions import ConfigInvalidException, NetmikoAuthenticationException, ReadTimeout
 
-from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
-from fabricops.lab.switchd.server import serve
 from fabricops.parsers.nvue import parse_config_diff, parse_qos_roce
 from fabricops.parsers.onyx import parse_ecn, parse_pfc, parse_qos_trust, parse_running_config
 from fabricops.switch.knobs import nvue_facts
+from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
+from fabricops_lab.switchd.server import serve
 
 PASSWORD = "lab-secret"
 

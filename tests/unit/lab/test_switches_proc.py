@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths, procs, switches
+from fabricops_lab import paths, procs, switches
 
 BRIDGE = "fo-test-br0"
 NET = "198.18.99"  # RFC 2544 benchmarking range: nothing on this machine uses it
@@ -214,7 +214,7 @@ def test_stop_spares_a_recycled_pid(bridge, state, tmp_path):
 
 
 def test_real_switchd_answers_ssh(bridge, state, tmp_path):
-    pytest.importorskip("fabricops.lab.switchd.__main__")
+    pytest.importorskip("fabricops_lab.switchd.__main__")
     pytest.importorskip("asyncssh")
     net = switches.Net(bridge=BRIDGE, netns_prefix="fo-test-s", veth_prefix="fo-test-v",
                        peer_prefix="fo-test-p")
@@ -225,7 +225,7 @@ def test_real_switchd_answers_ssh(bridge, state, tmp_path):
         with socket.create_connection((info["mgmt_ip"], 22), timeout=5) as s:
             assert s.recv(64).startswith(b"SSH-2.0-")
         time.sleep(0.2)
-        assert "fabricops.lab.switchd" in switches._cmdline(info["pid"])
+        assert "fabricops_lab.switchd" in switches._cmdline(info["pid"])
     finally:
         switches.stop({**lab, "switches": result}, net)
     assert not Path("/run/netns", result["leaf-onyx"]["netns"]).exists()

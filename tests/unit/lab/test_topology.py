@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import topology
-from fabricops.lab.topology import TopologyError
+from fabricops_lab import topology
+from fabricops_lab.topology import TopologyError
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from fabricops import cli
-from fabricops.lab import hardware, inventory, paths, rack, topology
-from fabricops.lab.topology import TopologyError
+from fabricops_lab import hardware, inventory, paths, rack, topology
+from fabricops_lab.topology import TopologyError
 
 TWO_TIER = paths.DATA_DIR / "topology-two-tier.yml"
 IB_LEAVES = [f"ib-leaf{k}" for k in range(1, 5)]
@@ -377,9 +377,9 @@ def test_inventory_of_the_default_rack_is_unchanged(tmp_path, monkeypatch):
 def test_isl_ports_reach_the_switch_emulators(tmp_path, monkeypatch):
     """Every ISL port is in its switch's port list: the IB fabric file lists it, switchd gets it in
     --ports, and the Onyx and NVUE emulators accept it (running state, fabric file)."""
-    from fabricops.lab import switches
-    from fabricops.lab.switchd.nvue import NvueSwitch
-    from fabricops.lab.switchd.onyx import OnyxSwitch
+    from fabricops_lab import switches
+    from fabricops_lab.switchd.nvue import NvueSwitch
+    from fabricops_lab.switchd.onyx import OnyxSwitch
 
     monkeypatch.setattr(paths, "STATE_DIR", tmp_path)
     topo = topology.scaled(16, yaml.safe_load(TWO_TIER.read_text()))
@@ -412,7 +412,7 @@ def test_isl_ports_reach_the_switch_emulators(tmp_path, monkeypatch):
 def test_fabric_bridges_join_each_fabric_as_a_loop_free_star(monkeypatch):
     """fo-fabric: each leaf bridge gets one trunk to its fabric's first spine (hosts on different
     leaves reach each other's data addresses); no spine-spine or second path, so no bridge loop."""
-    from fabricops.lab import network
+    from fabricops_lab import network
 
     topo = topology.load(TWO_TIER)
     assert network.fabric_trunks(topo["switches"], topo["links"]) == [

@@ -7,8 +7,8 @@ import json
 import pytest
 from captures import read_fixture
 
-from fabricops.lab.emul import ethtool
 from fabricops.monitor.collector import parse_ethtool_stats
+from fabricops_lab.emul import ethtool
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import pytest
 from captures import fixture_names, read_fixture
 
 from fabricops.errors import ParseError
-from fabricops.lab.emul import perftest as emul
 from fabricops.parsers import get_parser, to_data
 from fabricops.parsers.perftest import parse_bw, parse_lat
+from fabricops_lab.emul import perftest as emul
 
 
 def bw(name):

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from fabricops import cli
-from fabricops.lab import topology as lab_topology
 from fabricops.model import roce
 from fabricops.plan import writers
 from fabricops.plan.recommend import make_plan
+from fabricops_lab import topology as lab_topology
 
 
 def run(capsys, *argv):
@@ -234,3 +234,8 @@ def test_single_node_writes_hosts_only(tmp_path):
     assert list(hosts["all"]["children"]) == ["gpu_hosts"]
     gv = yaml.safe_load((tmp_path / "group_vars" / "all.yml").read_text())
     assert gv["fabricops_cabling"] == []
+
+
+def test_the_plan_caps_a_slice_at_the_labs_own_host_limit():
+    """The writer keeps the lab's limit as a number (the product does not import the lab)."""
+    assert writers.LAB_MAX_HOSTS == lab_topology.MAX_HOSTS

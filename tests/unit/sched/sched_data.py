@@ -21,7 +21,7 @@ LAYERS_TWO_TIER = {
 
 def two_tier(n: int = 16) -> dict[str, Any]:
     """all.yml of the two-tier lab with N hosts: fabricops_cabling and fabricops_switch_links."""
-    from fabricops.lab import inventory, topology
+    from fabricops_lab import inventory, topology
 
     topo = topology.resolve("two-tier", n)
     return copy.deepcopy(inventory.all_yml({"topology": topo}, None))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
+from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
 _spec = importlib.util.spec_from_file_location("_tests_conftest", Path(__file__).parents[2] / "conftest.py")
 _top = importlib.util.module_from_spec(_spec)

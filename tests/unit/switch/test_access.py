@@ -18,10 +18,10 @@ from typing import ClassVar
 import asyncssh
 import pytest
 
-from fabricops.lab.switchd.server import serve
 from fabricops.switch import transport
 from fabricops.switch.access import SwitchAccessError, from_inventory_json, switch_connection
 from fabricops.switch.model import SwitchError
+from fabricops_lab.switchd.server import serve
 
 PASSWORD = "s3cret-Pw{{x}}"
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
@@ -147,7 +147,7 @@ def test_password_login(env):
 
 
 def test_key_file_login_to_a_key_only_switch(env, caplog):
-    caplog.set_level(logging.INFO, logger="fabricops.lab.switchd")
+    caplog.set_level(logging.INFO, logger="fabricops_lab.switchd")
     hv = hostvars(env["cumulus"], env["kh"], roce_switch_private_key_file=str(env["key"]))
     access = switch_connection(hv)
     assert access.password is None

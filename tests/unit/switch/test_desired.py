@@ -76,7 +76,7 @@ def test_bad_switch_state_is_one_sentence(extra, sentence):
 
 
 def test_lab_inventory_writes_a_validated_definition():
-    from fabricops.lab import inventory
+    from fabricops_lab import inventory
 
     topo = {
         "hosts": [{"name": "gpu01", "hcas": [{"name": "mlx5_0", "ports": [

@@ -14,12 +14,12 @@ import time
 import pytest
 
 from fabricops.errors import FabricopsError
-from fabricops.lab.switchd.nvue import NvueSwitch
-from fabricops.lab.switchd.nvue_api import NvueApiServer
 from fabricops.switch.access import SwitchAccessError, switch_connection
 from fabricops.switch.lock import switch_lock
 from fabricops.switch.nvue_rest import NvueRestConnection, RestError, command_to_patch
 from fabricops.switch.runner import run
+from fabricops_lab.switchd.nvue import NvueSwitch
+from fabricops_lab.switchd.nvue_api import NvueApiServer
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 ROCE4 = {"lossless_priority": 4, "dscp": 34, "ecn": {"min_kb": 200, "max_kb": 2000}}
@@ -155,7 +155,7 @@ def test_rest_refuses_a_bad_login_and_an_unpinned_certificate(rest_rack, tmp_pat
         rest_rack.connect(password="wrong")
     other = tmp_path / "other"
     other.mkdir()
-    from fabricops.lab.switchd.nvue_api import make_self_signed
+    from fabricops_lab.switchd.nvue_api import make_self_signed
 
     make_self_signed(other / "c.crt", other / "c.key", "127.0.0.1")
     with pytest.raises(RestError, match="does not verify"):

@@ -12,13 +12,13 @@ import pytest
 from captures import read_fixture
 from fake_counters import PortCounters
 
-from fabricops.lab import faults
 from fabricops.model.profiles import load_profile
 from fabricops.parsers import parse
 from fabricops.verify import counters, pairs
 from fabricops.verify.counters import Snapshot, judge, read_snapshot, snapshot_command, switch_port_bytes
 from fabricops.verify.engine import Options, verify
 from fabricops.verify.result import ERROR, FAIL, PASS
+from fabricops_lab import faults
 
 PROFILE = load_profile("hgx-h100-ndr")
 BW = read_fixture("perftest-bw", "csegpu_ndr_write_bw_gbits_client.txt")  # 65536 B x 5000, 392.34 Gb/s

@@ -17,8 +17,6 @@ from captures import read_fixture
 from fake_counters import PortCounters
 
 from fabricops.errors import EXIT_FAILED, EXIT_NORUN, EXIT_OK
-from fabricops.lab.switchd.nvue import NvueSession, NvueSwitch
-from fabricops.lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops.model.profiles import load_profile
 from fabricops.roce.platforms import switch_platform
 from fabricops.roce.platforms.base import PortState
@@ -26,6 +24,8 @@ from fabricops.verify import pairs, rounds, switchports
 from fabricops.verify.engine import VerifyRun, exit_status
 from fabricops.verify.result import CheckResult
 from fabricops.verify.switchstate import SwitchPortsRead, SwitchReader
+from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
+from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 
 PROFILE = load_profile("hgx-h100-ndr")
 BW = read_fixture("perftest-bw", "csegpu_ndr_write_bw_gbits_client.txt")

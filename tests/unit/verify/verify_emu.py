@@ -1,5 +1,5 @@
 """An emulated host in-process: the lab's hardware.json for gpu03 of the default topology, the
-emulated tools (fabricops.lab.emul) run against a temporary EMUL_ROOT, and a ``run`` function with
+emulated tools (fabricops_lab.emul) run against a temporary EMUL_ROOT, and a ``run`` function with
 the transport's signature. Faults are applied to hardware.json as docs/lab-faults.md describes."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricops.lab import hardware, topology
-from fabricops.lab.emul import hwctl, services, tools
+from fabricops_lab import hardware, topology
+from fabricops_lab.emul import hwctl, services, tools
 
 
 class EmuHost:
@@ -124,7 +124,7 @@ SWITCH_LAYERS = {"ib-sw1": "InfiniBand", "leaf-onyx": "Ethernet", "leaf-cumulus"
 
 @pytest.fixture
 def hostvars() -> dict:
-    """What the lab inventory gives gpu03 (inventories/lab, written by fabricops.lab.inventory)."""
+    """What the lab inventory gives gpu03 (inventories/lab, written by fabricops_lab.inventory)."""
     return {
         "ansible_host": "198.51.100.13",
         "fabricops_hardware_profile": "hgx-h100-ndr",

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths, procs
-from fabricops.lab.emul import tools as emul_tools
+from fabricops_lab import paths, procs
+from fabricops_lab.emul import tools as emul_tools
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "ofed"
 #: The opensm package's files (fabric_services.opensm_deb); part of the cache key.
@@ -138,7 +138,7 @@ def package_versions(version: str, kernel: str) -> dict[str, str]:
     >>> package_versions("24.10-1.1.4.0", "6.1.0-18-amd64")["ofed-scripts"]
     '24.10.OFED.24.10.1.1.4'
     """
-    from fabricops.lab import fabric_services  # imports this module: not at the top
+    from fabricops_lab import fabric_services  # imports this module: not at the top
 
     major, rest = _split(version)
     kver = f"{major}.OFED.{major}.{rest}"
@@ -198,7 +198,7 @@ def ofed_tools() -> dict[str, list[str]]:
 
 
 def packages(version: str, kernel: str) -> list[Deb]:
-    from fabricops.lab import fabric_services  # imports this module: not at the top
+    from fabricops_lab import fabric_services  # imports this module: not at the top
 
     vers = package_versions(version, kernel)
     tools = ofed_tools()

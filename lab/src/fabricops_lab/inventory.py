@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from fabricops.lab import firmware_images, paths
 from fabricops.roce.desired import desired_state
+from fabricops_lab import firmware_images, paths
 
 HEADER = (
     "# Written by `fabricops lab up` for the emulated rack; `fabricops lab down` removes it.\n"
@@ -114,7 +114,7 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
     }
     ctl = (lab.get("slurm") or {}).get("controller")
     if ctl:
-        # the Slurm head node (fabricops.lab.slurm), reached as a site reaches its own: SSH, then
+        # the Slurm head node (fabricops_lab.slurm), reached as a site reaches its own: SSH, then
         # scontrol / sinfo; in no group the roles, drift or verify target
         out["all"]["children"]["slurm_controller"] = {
             "hosts": {ctl["name"]: {"ansible_host": ctl["mgmt_ip"]}},
@@ -160,7 +160,7 @@ def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str,
         # lab's description of it stays beside for the tests (no playbook or role reads it)
         fm = lab["fabric_manager"]
         data["nvidia_fabric_manager_repo_url"] = fm["repo_url"]
-        if fm.get("repo_key_url"):  # the lab signs its mirrors (fabricops.lab.ofed_repo)
+        if fm.get("repo_key_url"):  # the lab signs its mirrors (fabricops_lab.ofed_repo)
             data["nvidia_fabric_manager_repo_key_url"] = fm["repo_key_url"]
             data["nvidia_fabric_manager_repo_key_sha256"] = fm["repo_key_sha256"]
         data["fabricops_fabric_manager"] = json.loads(json.dumps(lab["fabric_manager"], sort_keys=True))
@@ -310,7 +310,7 @@ def known_hosts_lines(
     topo: dict[str, Any], switch_keys: dict[str, tuple[str, int, str]] | None = None
 ) -> list[str]:
     """known_hosts: every host by name and IP; switches by name and IP (and port when not 22)."""
-    from fabricops.lab import hosts as hosts_mod
+    from fabricops_lab import hosts as hosts_mod
 
     lines = []
     for h in topo["hosts"]:

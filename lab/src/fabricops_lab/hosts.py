@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import fabric_services, hardware, network, paths
-from fabricops.lab.emul import firmware
-from fabricops.lab.procs import alive
+from fabricops_lab import fabric_services, hardware, network, paths
+from fabricops_lab.emul import firmware
+from fabricops_lab.procs import alive
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def rack_ssh_files(topo: dict[str, Any], rack_key: Path, controller_pub: str) ->
     """/root/.ssh of a lab host: the rack key, authorized_keys (the controller's key and the rack
     key) and known_hosts naming every lab host by name and management address with its host key,
     so StrictHostKeyChecking stays at its default and BatchMode ssh still connects."""
-    from fabricops.lab import inventory
+    from fabricops_lab import inventory
 
     rack_pub = rack_key.with_suffix(".pub").read_text().strip()
     known = inventory.known_hosts_lines({"hosts": topo["hosts"]})
@@ -160,7 +160,7 @@ def etc_hosts(topo: dict[str, Any], name: str | None) -> str:
     lines += ["::1\tlocalhost ip6-localhost ip6-loopback", "", "# fabricops lab management network"]
     lines.append("198.51.100.1\tcontroller")
     lines += [f"{h['mgmt_ip']}\t{h['name']}" for h in topo["hosts"]]
-    from fabricops.lab import slurm  # the Slurm head node, by name as a site's DNS has it
+    from fabricops_lab import slurm  # the Slurm head node, by name as a site's DNS has it
 
     lines.append(f"{slurm.CONTROLLER_IP}\t{slurm.CONTROLLER}")
     lines += [f"{s['mgmt_ip']}\t{s['name']}" for s in topo["switches"]]
@@ -277,7 +277,7 @@ def install_kernel_files(root: Path, kernel: str, hw_dir: Path) -> None:
     build -> /usr/src/linux-headers-K), shim's mokutil (emulated, state in hw/secureboot.json), and a
     MOK enrollment queued before this boot completed (MokManager): docs/lab-ofed.md, "DOCA-Host
     mirror, DKMS and Secure Boot"."""
-    from fabricops.lab.emul import kernels, mokutil
+    from fabricops_lab.emul import kernels, mokutil
 
     kernels.install(root, kernel, headers=True)
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "mokutil").replace("@VENDOR@", "mokutil package")

@@ -4,7 +4,7 @@ For every switch with ``os`` onyx or cumulus in ``lab["topology"]`` :func:`start
 ``fo-sw-<name>``, a veth with a fixed MAC whose outer end joins the ``fo-mgmt`` bridge and whose inner
 end (``mgmt0`` on Onyx, ``eth0`` on Cumulus) carries the switch's management address, an ed25519
 host key and a random password (0600, in the switch's state dir), a known_hosts line, and then runs
-``python -m fabricops.lab.switchd`` inside the netns, waiting until port 22 answers with an SSH
+``python -m fabricops_lab.switchd`` inside the netns, waiting until port 22 answers with an SSH
 banner. InfiniBand switches (``os: ib``) run nothing: their ports are written ``link: up`` to
 ``fabric/switches/NAME.json`` for the physics. :func:`stop` undoes all of it.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths, procs
+from fabricops_lab import paths, procs
 
 SSH_OS = ("onyx", "cumulus")
 MGMT_BRIDGE = "fo-mgmt"
@@ -203,7 +203,7 @@ def write_ib_switch(sw: dict[str, Any]) -> Path:
 
 def switchd_command(sw: dict[str, Any], info: dict[str, Any]) -> list[str]:
     return [
-        sys.executable, "-m", "fabricops.lab.switchd",
+        sys.executable, "-m", "fabricops_lab.switchd",
         "--name", sw["name"], "--os", sw["os"],
         "--listen", info["mgmt_ip"], "--port", "22",
         "--host-key", info["host_key"], "--password-file", info["password_file"],
@@ -366,7 +366,7 @@ def start(lab: dict[str, Any], net: Net | None = None) -> dict[str, dict[str, An
 
 def _users() -> dict[str, str]:
     try:
-        from fabricops.lab.switchd.server import USERS
+        from fabricops_lab.switchd.server import USERS
     except ImportError:
         return dict(DEFAULT_USERS)
     return dict(USERS)

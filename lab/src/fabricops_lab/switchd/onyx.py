@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fabricops.lab.emul.devstate import switch_port_counters
 from fabricops.parsers.onyx import expand_interface_range
+from fabricops_lab.emul.devstate import switch_port_counters
 
 from .onyx_releases import DEFAULT_RELEASE, release_info
 from .state import FaultWatch, atomic_write_json, merge_port_faults, port_entry, run_line, trained_links
@@ -79,6 +79,10 @@ class OnyxSwitch:
         self.pfc_saved: dict[str, Any] = {}  # pfc-off fault: each port's pfc_on before the fault
         self.started = time.time()
         self.cfg = self._empty_config()
+        # the login user's password (server.SwitchServer reads it at every login; None: key-only);
+        # `username admin password PW` in config mode changes it (docs/runbooks/rotate-switch-credentials.md)
+        self.login_user = "admin"
+        self.login_password: str | None = None
         if self.saved_path.exists():
             self.load_commands(self.saved_path.read_text(encoding="utf-8").splitlines())
         self.write_fabric()
@@ -692,7 +696,7 @@ class OnyxSwitch:
     def show_lldp_remote(self, ports: list[str]) -> str:
         """`show lldp interfaces ethernet [1/N] remote`: the cabling as built next to the fabric file
         (``fabric/cabling.json`` and its override), rendered by emul/fabricdisc.py."""
-        from fabricops.lab.emul import fabricdisc
+        from fabricops_lab.emul import fabricdisc
 
         if not self.fabric_file:
             return ""
@@ -755,6 +759,7 @@ _CONFIG_TREE = {
     "roce": {},
     "hostname": {},
     "traffic": {"pool": {}},
+    "username": {},
 }
 _IFACE_TREE = {
     **_CONFIG_TREE,
@@ -994,8 +999,23 @@ class OnyxSession:
             return ""
         if re.match(r"(?:no )?traffic pool\b", s):
             return self._pool_command(s)
+        # `username <user> password [0 | 7] <password>` (NVIDIA Onyx User Manual, "User Management
+        # and Security Commands", `username`: 0 = cleartext follows, 7 = an encrypted hash follows).
+        # Emulated: a cleartext password for the switch's login user, effective for the next login
+        # (sessions already open stay). Not emulated: other users, `7` hashes, the line in
+        # `show running-config` (docs/lab-fidelity.md, Onyx, "Known to differ").
+        m = re.fullmatch(r"username (\S+) password(?: (0|7))? (\S+)", s)
+        if m:
+            if m.group(1) != self.sw.login_user:
+                return f"% User {m.group(1)} is not emulated (only {self.sw.login_user})\n"
+            if m.group(2) == "7":
+                return "% Encrypted (7) passwords are not emulated\n"
+            if self.sw.login_password is None:
+                return "% Password login is not enabled on this switch\n"
+            self.sw.login_password = m.group(3)
+            return ""
         first = s.split()[0]
-        if first in {"dcb", "roce", "hostname", "interface", "traffic"}:
+        if first in {"dcb", "roce", "hostname", "interface", "traffic", "username"}:
             return _INCOMPLETE if len(s.split()) <= 2 else _unrecognized(s.split()[-1])
         return _unrecognized(first)
 

@@ -7,7 +7,7 @@ ubuntu24.04/x86_64/``, a DGX OS install note found through the code index). The 
 same shape under the MLNX_OFED HTTP server: ``http://198.51.100.1:8080/doca/<ver>/debian12/<arch>/``,
 signed with the lab key (:func:`ofed_repo.sign_repo`).
 
-Each release carries the DOCA-OFED userspace built the way :mod:`fabricops.lab.ofed_repo` builds
+Each release carries the DOCA-OFED userspace built the way :mod:`fabricops_lab.ofed_repo` builds
 MLNX_OFED's (the same emulated tools; ``mft`` too once ``ofed_repo.packages`` has it), and differs
 where DOCA-Host differs:
 
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import ofed_repo, paths
-from fabricops.lab.emul import tools as emul_tools
+from fabricops_lab import ofed_repo, paths
+from fabricops_lab.emul import tools as emul_tools
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "data" / "doca"
 SUBDIR = "doca"

@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fabricops.lab import hardware, ofed_repo, paths
-from fabricops.lab.emul import firmware as fw
+from fabricops_lab import hardware, ofed_repo, paths
+from fabricops_lab.emul import firmware as fw
 
 SUBDIR = "firmware"
 #: the newer release per device type (hardware.json hca_type): ConnectX-7 28.43.1014 as NVIDIA

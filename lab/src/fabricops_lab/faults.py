@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
-from fabricops.lab.emul import devstate
 from fabricops.model import rates
+from fabricops_lab import paths
+from fabricops_lab.emul import devstate
 
 #: What a link that flaps leaves in the counters (added to the live counters by hwctl sync).
 FLAPS = 8
@@ -48,13 +48,13 @@ class FaultError(FabricopsError):
 # --- seams to the running hosts (tests replace these two) ---------------------------------------
 
 def _host_exec(name: str, argv: list[str], check: bool = True):
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     return hosts.host_exec(name, argv, check=check)
 
 
 def _resync(name: str) -> None:
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     hosts.resync_hardware(name)
 
@@ -373,7 +373,7 @@ def plan_wrong_firmware(host: str, args: list[str]) -> Plan:
 
 def _fw_device(host: str, kind: str, spec: str) -> tuple[dict[str, Any], Path, dict[str, Any]]:
     """(hca, its firmware state file on the controller, the state) for DEV (mlx5_0 or a PCI address)."""
-    from fabricops.lab.emul import firmware
+    from fabricops_lab.emul import firmware
 
     hw = _load_hw(host)
     s = spec.lower()
@@ -392,7 +392,7 @@ def _fw_device(host: str, kind: str, spec: str) -> tuple[dict[str, Any], Path, d
 
 
 def _fw_setting(host: str, kind: str, args: list[str], current_too: bool) -> Plan:
-    from fabricops.lab.emul import firmware
+    from fabricops_lab.emul import firmware
 
     _nargs(kind, args, 3, 3, "DEV KEY VALUE (e.g. mlx5_0 ATS_ENABLED 1)")
     hca, path, state = _fw_device(host, kind, args[0])
@@ -833,7 +833,7 @@ def plan_swapped_cable(host: str, args: list[str]) -> Plan:
     rack has one port per fabric on a host). Written to ``fabric/cabling-override.json`` on the
     controller side (the fabric directory is read-only in the hosts), which the emulated discovery
     tools lay over cabling.json (emul/fabricdisc.py)."""
-    from fabricops.lab.emul import fabricdisc
+    from fabricops_lab.emul import fabricdisc
 
     _nargs("swapped-cable", args, 2, 2, "NETDEV_A [HOST_B:]NETDEV_B (e.g. ibp26s0 ibp60s0)")
     host_b, _, nd_b = args[1].rpartition(":")
@@ -942,7 +942,7 @@ def plan_secure_boot(host: str, args: list[str]) -> Plan:
     _nargs("secure-boot", args, 0, 1, "[--enrolled]")
     if args and args[0] != "--enrolled":
         raise FaultError(f"secure-boot takes [--enrolled], not {args[0]!r}")
-    from fabricops.lab.emul import mokutil
+    from fabricops_lab.emul import mokutil
 
     state_path = paths.host_dir(host) / "hw" / "secureboot.json"
     state = mokutil.load(state_path)  # absent: the default (EFI, Secure Boot off, nothing enrolled)

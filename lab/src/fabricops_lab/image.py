@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
+from fabricops_lab import paths
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ def customise(root: Path, recipe: dict[str, Any]) -> None:
     # Slurm (docs/lab.md, "Slurm"): no MUNGE key in the image (munge's postinst made one with
     # `mungekey -c`; the lab writes one key per lab into every container before boot), and neither
     # Slurm daemon enabled (their postinsts enable both): the lab enables slurmd on the GPU hosts
-    # and slurmctld on its controller container (fabricops.lab.slurm).
+    # and slurmctld on its controller container (fabricops_lab.slurm).
     _in_root(root, "etc/munge/munge.key").unlink(missing_ok=True)
     for unit in ("slurmd.service", "slurmctld.service"):
         _in_root(root, f"etc/systemd/system/multi-user.target.wants/{unit}").unlink(missing_ok=True)

@@ -21,19 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hardware, hosts, image, inventory, network, paths, preflight, slurm, topology
+from fabricops_lab import hardware, hosts, image, inventory, network, paths, preflight, slurm, topology
 
-log = logging.getLogger("fabricops.lab")
+log = logging.getLogger("fabricops_lab")
 
 PARALLEL = 16
 
 
 def _service(name: str):
-    """fabricops.lab.<name> (switches, ofed_repo, faults) when it exists, else None."""
+    """fabricops_lab.<name> (switches, ofed_repo, faults) when it exists, else None."""
     try:
-        return importlib.import_module(f"fabricops.lab.{name}")
+        return importlib.import_module(f"fabricops_lab.{name}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"fabricops.lab.{name}":
+        if exc.name == f"fabricops_lab.{name}":
             return None
         raise
 
@@ -194,7 +194,7 @@ def write_known_hosts(lab: dict[str, Any]) -> None:
         pub = _switch_pubkey(name, info)
         if pub:
             keys[name] = ((info.get("mgmt_ip") or ""), int(info.get("port") or 22), pub)
-    # the Slurm head node (fabricops.lab.slurm), by name and address like a host
+    # the Slurm head node (fabricops_lab.slurm), by name and address like a host
     keys[slurm.CONTROLLER] = (slurm.CONTROLLER_IP, 22, hosts.ensure_host_key(slurm.CONTROLLER))
     lines = inventory.known_hosts_lines(lab["topology"], keys)
     target = paths.ssh_dir() / "known_hosts"
@@ -281,14 +281,14 @@ def _sync_hardware(lab: dict[str, Any], host_list: list[dict[str, Any]]) -> None
 def _start_services(lab: dict[str, Any]) -> None:
     switches = _service("switches")
     if switches is None:
-        log.warning("fabricops.lab.switches is not there yet: no emulated switches")
+        log.warning("fabricops_lab.switches is not there yet: no emulated switches")
     else:
         lab["switches"] = switches.start(lab) or {}
         paths.save_lab(lab)
         write_known_hosts(lab)
     repo = _service("ofed_repo")
     if repo is None:
-        log.warning("fabricops.lab.ofed_repo is not there yet: no emulated MLNX_OFED repository")
+        log.warning("fabricops_lab.ofed_repo is not there yet: no emulated MLNX_OFED repository")
     else:
         facts = repo.prepare(lab) or {}
         lab["ofed"] = facts

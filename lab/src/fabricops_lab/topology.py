@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
+from fabricops_lab import paths
 
 DEFAULT_TOPOLOGY = paths.DATA_DIR / "topology-default.yml"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import ofed_repo, paths
+from fabricops_lab import ofed_repo, paths
 
 DATA = Path(__file__).resolve().parent / "data" / "fabric_services"
 #: Fabric manager versions the lab repository offers (the driver the lab installs is 550.54.15).
@@ -152,7 +152,7 @@ def sm_wire_dir() -> Path:
 def attach_host(name: str, *, subnet_manager: str | None = "hosts",
                 fabric_manager_required: bool = False) -> None:
     """Give a running host the current emulated software and the fabric-services flags."""
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     root = paths.host_dir(name) / "root"
     if not root.is_dir():
@@ -181,7 +181,7 @@ def attach_host(name: str, *, subnet_manager: str | None = "hosts",
 
 def detach_host(name: str) -> None:
     """Back to the default: the switch runs the SM, the fabric manager is not modelled."""
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     _update_hw(name, {"subnet_manager": None, "fabric_manager": None})
     hosts.host_exec(name, ["/usr/local/sbin/emulated-hw-sm-sync"], check=False)
@@ -200,7 +200,7 @@ def reset_subnet(subnet: str) -> None:
 def install_opensm(name: str, version: str | None = None) -> None:
     """Install the opensm package into a running host with dpkg, as mlnxofedinstall does once
     ``ofed_repo`` ships it (until then the lab's MLNX_OFED lacks it)."""
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     version = version or ofed_repo.DEFAULT_VERSION
     deb_dir = paths.host_dir(name) / "root" / "var" / "cache" / "fabricops-opensm"  # /tmp is a tmpfs

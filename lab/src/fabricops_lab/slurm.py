@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hardware, hosts, network, paths
-from fabricops.lab.procs import alive
-from fabricops.lab.topology import MGMT_NET
+from fabricops_lab import hardware, hosts, network, paths
+from fabricops_lab.procs import alive
+from fabricops_lab.topology import MGMT_NET
 
 #: the Slurm head node: its container's name, host name and management address (hosts are
 #: .11-.73, switches .201-.254: topology.py)
@@ -90,7 +90,7 @@ def slurm_conf(topo: dict[str, Any], hw: dict[str, int]) -> str:
     names = [h["name"] for h in topo["hosts"]]
     lines = [
         f"# slurm.conf of the fabricops lab {topo['name']!r}, written by `fabricops lab up`",
-        "# (fabricops.lab.slurm; docs/lab.md, \"Slurm\"). Slurm 22.05 from Debian 12 (slurm-wlm).",
+        "# (fabricops_lab.slurm; docs/lab.md, \"Slurm\"). Slurm 22.05 from Debian 12 (slurm-wlm).",
         f"ClusterName={topo['name']}",
         # the head node by name and address: slurmd reaches it without a resolver
         f"SlurmctldHost={CONTROLLER}({CONTROLLER_IP})",

@@ -10,7 +10,7 @@ import os
 import sys
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import paths
+from fabricops_lab import paths
 
 
 def register(subparsers) -> None:
@@ -54,9 +54,9 @@ def register(subparsers) -> None:
     ssh.set_defaults(func=cmd_ssh)
 
     try:
-        faults = importlib.import_module("fabricops.lab.faults")
+        faults = importlib.import_module("fabricops_lab.faults")
     except ModuleNotFoundError as exc:
-        if exc.name != "fabricops.lab.faults":
+        if exc.name != "fabricops_lab.faults":
             raise
     else:
         faults.register(lab_sub)
@@ -72,7 +72,7 @@ def _logging() -> None:
 
 
 def cmd_up(args) -> int:
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     _logging()
     lab = rack.up(args.topology, args.hosts, args.inventory_dir)
@@ -87,7 +87,7 @@ def cmd_up(args) -> int:
 
 
 def cmd_down(args) -> int:
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     _logging()
     done = rack.down()
@@ -96,7 +96,7 @@ def cmd_down(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from fabricops.lab import rack
+    from fabricops_lab import rack
 
     st = rack.status()
     if args.json:
@@ -108,14 +108,14 @@ def cmd_status(args) -> int:
 
 
 def cmd_ssh(args) -> int:
-    from fabricops.lab import hosts
+    from fabricops_lab import hosts
 
     lab = paths.load_lab()
     topo = lab["topology"]
     host = next((h for h in topo["hosts"] if h["name"] == args.name), None)
     ctl = (lab.get("slurm") or {}).get("controller")
     if host is None and ctl and ctl["name"] == args.name:
-        host = ctl  # the Slurm head node (fabricops.lab.slurm): a lab server like the hosts
+        host = ctl  # the Slurm head node (fabricops_lab.slurm): a lab server like the hosts
     if host is None:
         sw = next((s for s in topo["switches"] if s["name"] == args.name), None)
         if sw is None:

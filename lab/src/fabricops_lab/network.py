@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops.lab import hardware
-from fabricops.lab.topology import CONTROLLER_IP, MGMT_PREFIX
+from fabricops_lab import hardware
+from fabricops_lab.topology import CONTROLLER_IP, MGMT_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from .state import sync_faults
 
 __all__ = ["SwitchServer", "build_switch", "serve"]
 
-log = logging.getLogger("fabricops.lab.switchd")
+log = logging.getLogger("fabricops_lab.switchd")
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
 TICK_S = 0.2  #: how often a switch re-reads the lab's faults and its confirm timer
 
@@ -60,19 +60,27 @@ def load_authorized_keys(path: str | None) -> set[bytes]:
 
 
 class SwitchServer(asyncssh.SSHServer):
-    def __init__(self, password: str | None, users: set[str], authorized: set[bytes] | None = None):
+    def __init__(self, password: str | None, users: set[str], authorized: set[bytes] | None = None,
+                 switch: Any = None):
         self._password = password
         self._users = users
         self._authorized = set(authorized or ())
+        self._switch = switch  # Onyx: its login_password, which `username admin password` changes
+
+    def _current_password(self) -> str | None:
+        if self._switch is not None and hasattr(self._switch, "login_password"):
+            return self._switch.login_password
+        return self._password
 
     def begin_auth(self, username: str) -> bool:
         return True
 
     def password_auth_supported(self) -> bool:
-        return self._password is not None
+        return self._current_password() is not None
 
     def validate_password(self, username: str, password: str) -> bool:
-        ok = self._password is not None and username in self._users and password == self._password
+        current = self._current_password()
+        ok = current is not None and username in self._users and password == current
         if ok:
             log.info("Accepted password for %s", username)
         return ok
@@ -145,6 +153,8 @@ async def serve(
     if password is None and not authorized:
         raise ValueError("a switch needs a password or authorized keys, or nobody can log in")
     switch = build_switch(os_name, name, ports, state_dir, fabric_file, release, password)
+    if hasattr(switch, "login_password"):
+        switch.login_password = password
     if not Path(host_key).exists():
         key = asyncssh.generate_private_key("ssh-ed25519")
         key.write_private_key(host_key)
@@ -154,7 +164,7 @@ async def serve(
         await _session(process, switch, os_name)
 
     acceptor = await asyncssh.create_server(
-        lambda: SwitchServer(password, users, authorized),
+        lambda: SwitchServer(password, users, authorized, switch),
         listen,
         port,
         server_host_keys=[host_key],

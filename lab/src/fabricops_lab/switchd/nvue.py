@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fabricops.lab.emul.devstate import switch_port_counters
+from fabricops_lab.emul.devstate import switch_port_counters
 
 from .nvue_schema import PRESENCE, SCHEMA, Coll, IdSet, Leaf, to_bytes
 from .state import FaultWatch, merge_port_faults, port_entry, run_line, trained_links, write_fabric_file
@@ -626,7 +626,7 @@ class NvueSwitch:
     def show_lldp_neighbor(self, port: str) -> str:
         """`nv show interface <port> lldp neighbor`: the cabling as built next to the fabric file,
         rendered by emul/fabricdisc.py (the NVUE command reference's table)."""
-        from fabricops.lab.emul import fabricdisc
+        from fabricops_lab.emul import fabricdisc
 
         if not self.fabric_file:
             return ""

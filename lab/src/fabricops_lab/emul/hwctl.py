@@ -1,7 +1,7 @@
 """Render the emulated sysfs from hardware.json and keep it live (docs/lab-device-contract.md).
 
 Runs inside lab hosts as ``python3 /usr/lib/emulated-hw/hwctl.py sync`` (and ``sync --gids``,
-``status``); imports as ``fabricops.lab.emul.hwctl`` on the controller. Stdlib only.
+``status``); imports as ``fabricops_lab.emul.hwctl`` on the controller. Stdlib only.
 
 First ``sync``: the whole tree (silicon attributes, writable knobs at their defaults, counters at
 0) is rendered into ``/run/emulated-hw/sysfs-lower`` and an overlay is mounted on ``/sys``

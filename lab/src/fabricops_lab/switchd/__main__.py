@@ -1,4 +1,4 @@
-"""python -m fabricops.lab.switchd --name NAME --os onyx|cumulus --listen ADDR --port PORT ..."""
+"""python -m fabricops_lab.switchd --name NAME --os onyx|cumulus --listen ADDR --port PORT ..."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .server import serve
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fabricops.lab.switchd", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m fabricops_lab.switchd", description=__doc__)
     ap.add_argument("--name", required=True)
     ap.add_argument("--os", required=True, choices=["onyx", "cumulus"], dest="os_name")
     ap.add_argument("--listen", default="127.0.0.1")
