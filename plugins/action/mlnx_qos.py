@@ -13,7 +13,7 @@ from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import mi
 try:
     from fabricops.errors import FabricopsError
     from fabricops.hostqos import mlnx_qos as qos
-    from fabricops.roce import schema
+    from fabricops.model import roce_schema as schema
 except ImportError as exc:  # pragma: no cover - only without the Python package
     qos = None
     IMPORT_ERROR = exc
@@ -24,7 +24,7 @@ MODULE = "fabricops.fabric.mlnx_qos"
 
 
 def argument_spec():
-    """The task options: the netdev and one ``config`` dict (its keys declared in fabricops.roce.schema)."""
+    """The task options: the netdev and one ``config`` dict (its keys: fabricops.model.roce_schema)."""
     return {
         "interface": {"type": "str", "required": True},
         "config": {"type": "dict", "options": schema.argument_spec(schema.PORT_QOS)},

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """roce_switch: RoCE QoS of a Spectrum switch (Onyx / Cumulus NVUE), computed and applied from the controller.
 
-A thin shim over :func:`fabricops.switch.runner.run`: it reads the connection details from the host's
+A thin shim over :func:`fabricops.roce.runner.run`: it reads the connection details from the host's
 inventory variables (never from task arguments, so the password is never part of the task) through
 :func:`fabricops.switch.access.switch_connection` (password, key file, ssh-agent, ssh_config and
 ProxyJump), opens the netmiko session with strict host-key checking and returns ``before``,
@@ -21,11 +21,10 @@ from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import mi
 
 try:
     from fabricops.errors import FabricopsError
-    from fabricops.roce import desired
+    from fabricops.roce import desired, platforms
+    from fabricops.roce.runner import run as run_resource
+    from fabricops.roce.switchspec import normalize_confirm_timeout, normalize_os
     from fabricops.switch import access as switch_access
-    from fabricops.switch import transport
-    from fabricops.switch.model import normalize_confirm_timeout, normalize_os
-    from fabricops.switch.runner import run as run_resource
 except ImportError as exc:  # pragma: no cover - only without the Python package
     run_resource = None
     IMPORT_ERROR = exc
@@ -34,11 +33,11 @@ else:
 
 PASSWORD_ENV = "FABRICOPS_SWITCH_PASSWORD"  # also in fabricops.switch.access
 try:
-    from fabricops.roce import schema as _roce_schema
+    from fabricops.model import roce_schema as _roce_schema
 except ImportError:  # pragma: no cover - only without the Python package (run() says so)
     _roce_schema = None
 #: the task options, validated by Ansible's own argument-spec code (so ``"false"`` from -e is false);
-#: every value that reaches a switch CLI line is checked again in fabricops.switch.model / knobs.
+#: every value that reaches a switch CLI line is checked again in fabricops.roce.switchspec / knobs.
 ARGUMENT_SPEC = {
     "state": {
         "type": "str",
@@ -50,7 +49,7 @@ ARGUMENT_SPEC = {
     "cabling": {"type": "list", "elements": "dict"},
     "links": {"type": "list", "elements": "dict"},
     "os": {"type": "str"},
-    # pfc_watchdog, ets_lossless_percent, buffer_pool: declared in fabricops.roce.schema.SWITCH_SETTINGS
+    # pfc_watchdog, ets_lossless_percent, buffer_pool: declared in fabricops.model.roce_schema.SWITCH_SETTINGS
     **(_roce_schema.switch_argument_spec() if _roce_schema else {}),
     "save": {"type": "bool", "default": True},
     "confirm_timeout": {"type": "str", "default": "120s"},
@@ -159,7 +158,7 @@ class ActionModule(ActionBase):
             return resolved[0]
 
         def connector():
-            return transport.connect(access())
+            return platforms.connect(access())
 
         def device():
             # the lock's key: the address and port this task connects to, not the inventory name,

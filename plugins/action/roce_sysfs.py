@@ -17,7 +17,7 @@ from ansible_collections.fabricops.fabric.plugins.plugin_utils.package import mi
 try:
     from fabricops.errors import FabricopsError
     from fabricops.hostqos import knobs as kb
-    from fabricops.roce import schema
+    from fabricops.model import roce_schema as schema
 except ImportError as exc:  # pragma: no cover - only without the Python package
     kb = None
     IMPORT_ERROR = exc
@@ -28,7 +28,7 @@ MODULE = "fabricops.fabric.roce_sysfs"
 
 
 def argument_spec():
-    """The task options: the port and one ``config`` dict (its keys declared in fabricops.roce.schema)."""
+    """The task options: the port and one ``config`` dict (its keys: fabricops.model.roce_schema)."""
     return {
         "netdev": {"type": "str", "required": True},
         "device": {"type": "str", "required": True},

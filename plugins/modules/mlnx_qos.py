@@ -47,7 +47,7 @@ options:
         task only reads.
     type: dict
     suboptions:
-      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # Generated from src/fabricops/model/roce_schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate config
       trust:
         description: Priority trust state; dscp for RoCE v2 without VLANs.
@@ -130,7 +130,7 @@ from ansible.module_utils.basic import AnsibleModule
 ALLOWED = ("--trust", "--pfc", "--dscp2prio", "--cable_len")
 # The same allow-list as fabricops.validate.netdev (this module runs on the host, without the package).
 NETDEV = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,15}")
-# The config suboptions, generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate).
+# The config suboptions, generated from fabricops.model.roce_schema (python -m fabricops.roce.generate).
 # BEGIN fabricops.roce.generate config_spec
 CONFIG_OPTIONS = {
     "trust": {"type": "str", "choices": ["dscp", "pcp"]},

@@ -26,7 +26,7 @@ options:
     type: dict
     default: {}
     suboptions:
-      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # Generated from src/fabricops/model/roce_schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate roce
       lossless:
         description: >-

@@ -58,7 +58,7 @@ options:
         reads.
     type: dict
     suboptions:
-      # Generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate); edit it there.
+      # Generated from src/fabricops/model/roce_schema.py (python -m fabricops.roce.generate); edit it there.
       # BEGIN fabricops.roce.generate config
       ecn_np:
         description: DCQCN notification point per priority, 8 values true, false or null.
@@ -160,7 +160,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-# The config suboptions, generated from src/fabricops/roce/schema.py (python -m fabricops.roce.generate).
+# The config suboptions, generated from fabricops.model.roce_schema (python -m fabricops.roce.generate).
 # BEGIN fabricops.roce.generate config_spec
 CONFIG_OPTIONS = {
     "ecn_np": {"type": "list", "elements": "raw"},

@@ -72,7 +72,7 @@ def _config(name):
 
 
 def _facts(name):
-    from fabricops.switch.resource import facts_from_onyx_config
+    from fabricops.roce.resource import facts_from_onyx_config
 
     running, _ = _config(name)
     return facts_from_onyx_config(running) if name == "leaf-onyx" else running

@@ -82,10 +82,10 @@ class SwitchPorts:
     def session(self, switch: str, os_name: str, lock: str | None = None) -> Iterator[Any]:
         """A session to ``switch``; with ``lock`` (what the lock file says is running), opened and
         used under the switch's controller-side lock. Raises :class:`FabricopsError` (one sentence)."""
-        from fabricops.switch import transport
+        from fabricops.roce import platforms
         from fabricops.switch.access import switch_connection
+        from fabricops.switch.errors import SwitchError
         from fabricops.switch.lock import device_key, switch_lock
-        from fabricops.switch.model import SwitchError
 
         hv = self.vars(switch)
         if hv.get("fabricops_switch_reachable") is False:
@@ -101,7 +101,7 @@ class SwitchPorts:
             key = device_key(access.host, access.port)
 
             def open_session() -> Any:
-                return transport.connect(access)
+                return platforms.connect(access)
 
         held = switch_lock(switch, lock, key) if lock else contextlib.nullcontext()
         with held:
@@ -174,8 +174,8 @@ class Quarantine:
 
     def _locate(self, a: pl.Action) -> _Port:
         from fabricops.roce.platforms import switch_platform
+        from fabricops.roce.switchspec import SwitchError, ports_from_cabling
         from fabricops.switch.access import switch_os
-        from fabricops.switch.model import SwitchError, ports_from_cabling
 
         isl = _ISL.match(a.target)
         if a.part == "hca_port" and a.ends:
@@ -305,7 +305,7 @@ class Quarantine:
 
     def _last_isl(self, conn: Any, where: _Port) -> None:
         """Refuse to shut a leaf's last inter-switch link that is up (its hosts would lose the fabric)."""
-        from fabricops.switch.model import isl_ports
+        from fabricops.roce.switchspec import isl_ports
 
         if where.isl_peer is None:
             return

@@ -149,8 +149,8 @@ def switch_states(
     A switch is reached as the roce_switch role reaches it: ``fabricops.switch.access.switch_connection``
     over its inventory variables (Vault, inline vault, $FABRICOPS_SWITCH_PASSWORD, keys, agent,
     ``roce_switch_known_hosts``, ``ansible_network_os``), the same errors as verify's."""
+    from fabricops.roce import platforms, resource
     from fabricops.roce.platforms import switch_platform
-    from fabricops.switch import resource, transport
     from fabricops.switch.access import switch_connection, switch_os
 
     states: dict[str, dict] = {}
@@ -172,9 +172,9 @@ def switch_states(
         plat = switch_platform(os_name)
         try:
             read_ports = plat.read_ports(plat.normalize_ports(ports))
-            conn = transport.connect(switch_connection(hv, switch=name, os_name=os_name, inventory=True))
+            conn = platforms.connect(switch_connection(hv, switch=name, os_name=os_name, inventory=True))
             try:
-                data = transport.get_roce_data(conn, os_name, read_ports)
+                data = resource.get_roce_data(conn, os_name, read_ports)
             finally:
                 conn.disconnect()
             _facts, oper = resource.gather(os_name, data, read_ports)

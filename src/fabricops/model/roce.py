@@ -3,7 +3,7 @@
 The host role (``roce_host``) and the switch role (``roce_switch``) both read the definition through
 :func:`validate`, so the lossless priority, the DSCP values and the ECN thresholds cannot disagree
 between a NIC and the switch port it is cabled to. Every field is declared once in
-:mod:`fabricops.roce.schema` (validation, defaults, ``to_data``); docs/roce.md shows the table.
+:mod:`fabricops.model.roce_schema` (validation, defaults, ``to_data``); docs/roce.md shows the table.
 
 >>> r = validate({"lossless_priority": 3, "dscp": 26})
 >>> r.tos, r.pfc_vector, r.dscp2prio
@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricops.roce import schema
-from fabricops.roce.schema import RoceConfigError
+from fabricops.model import roce_schema as schema
+from fabricops.model.roce_schema import RoceConfigError
 
 __all__ = ["DEFAULTS", "EcnConfig", "RoceConfig", "RoceConfigError", "validate"]
 
-#: The declared defaults (:data:`fabricops.roce.schema.FIELDS`), as the nested mapping users write.
+#: The declared defaults (:data:`fabricops.model.roce_schema.FIELDS`), as the nested mapping users write.
 DEFAULTS: dict[str, Any] = schema.defaults()
 _BY_PATH = {f.path: f for f in schema.FIELDS}
 TRUST_STATES = _BY_PATH["trust"].choices
@@ -102,7 +102,7 @@ class RoceConfig:
 
 def validate(data: Mapping[str, Any] | None) -> RoceConfig:
     """Merge ``data`` over :data:`DEFAULTS`, check every declared field and cross-field rule
-    (:func:`fabricops.roce.schema.validate_definition`), return the config.
+    (:func:`fabricops.model.roce_schema.validate_definition`), return the config.
 
     Raises :class:`RoceConfigError` with one sentence naming the field and what to fix.
     """

@@ -69,7 +69,7 @@ class Desired:
     source: str | None  #: the variable the definition came from; None: none set (nothing planned)
     data: Mapping[str, Any] | None  #: the definition as written (rendered), None when none is set
     roce: RoceConfig | None  #: validated; None when no definition is set
-    switch: Any = None  #: ``fabricops.switch.model.SwitchSpec`` of a switch (None for a host)
+    switch: Any = None  #: ``fabricops.roce.switchspec.SwitchSpec`` of a switch (None for a host)
     options: dict[str, Any] = field(default_factory=dict)  #: the roce_switch_* options used
 
     @property
@@ -171,7 +171,7 @@ def desired_state(hostvars: Mapping[str, Any], host: str | None = None) -> Desir
     options = {k: hostvars.get(k, v) for k, v in SWITCH_OPTIONS.items()}
     spec = None
     if roce is not None:
-        from fabricops.switch.model import ports_from_cabling, switch_spec
+        from fabricops.roce.switchspec import ports_from_cabling, switch_spec
 
         try:
             ports = list(options["roce_switch_ports"] or []) or ports_from_cabling(

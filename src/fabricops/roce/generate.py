@@ -1,4 +1,4 @@
-"""Write (or check) every file region generated from :mod:`fabricops.roce.schema`.
+"""Write (or check) every file region generated from :mod:`fabricops.model.roce_schema`.
 
     python -m fabricops.roce.generate           # rewrite the generated regions in place
     python -m fabricops.roce.generate --check   # exit 1 naming each stale file, change nothing
@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from fabricops.roce import schema
-from fabricops.roce.schema import FIELDS, PORT_QOS, PORT_SYSFS, SWITCH_SETTINGS, Field
+from fabricops.model import roce_schema as schema
+from fabricops.model.roce_schema import FIELDS, PORT_QOS, PORT_SYSFS, SWITCH_SETTINGS, Field
 
 __all__ = ["TARGETS", "check", "main", "render_file", "write"]
 

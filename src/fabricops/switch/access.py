@@ -50,7 +50,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import SwitchError, normalize_os
+from .errors import SwitchError
+from .oses import REST_API_OS, normalize_os
 
 __all__ = [
     "PASSPHRASE_ENV",
@@ -562,7 +563,7 @@ def switch_connection(
 
 def switch_os(hostvars: Mapping[str, Any]) -> str | None:
     """The switch OS the variables name (``fabricops_switch_os``, else ``ansible_network_os``, any
-    spelling of ``fabricops.roce.platforms.OS_NAMES``); None when neither names one fabricops drives
+    spelling of ``fabricops.switch.oses.OS_NAMES``); None when neither names one fabricops drives
     (an InfiniBand switch, a host). The same resolution as :func:`switch_connection`."""
     for name in OS_VARS:
         value = hostvars.get(name)
@@ -582,9 +583,7 @@ def _rest_access(switch: str, v: _Vars, os_name: str, password: str | None, prox
         raise _fail(switch, f"roce_switch_transport {transport!r} is not cli or rest.")
     if transport == "cli":
         return {}
-    from fabricops.roce.platforms import switch_platform
-
-    if not switch_platform(os_name).rest_api:
+    if os_name not in REST_API_OS:
         raise _fail(switch, "roce_switch_transport rest is for Cumulus NVUE switches only; use cli.")
     if password is None:
         raise _fail(switch, "roce_switch_transport rest logs in with a password (HTTP basic auth); set one.")

@@ -1,7 +1,7 @@
 """The knob machinery: each knob both parses the device's configuration and renders commands.
 
 The tables themselves (``ONYX_KNOBS``, ``NVUE_KNOBS``) are part of their platform
-(``fabricops.roce.platforms.onyx`` / ``.nvue``) and are re-exported here.
+(``fabricops.roce.platforms.onyx`` / ``.nvue``): this module is below the platforms and imports none.
 
 The house style is cisco.ios ``rm_templates``: a knob is declared once, and the same declaration is
 used to read it from the device and to write it back, so the parser and the renderer cannot drift.
@@ -72,7 +72,8 @@ def _conv(text: str) -> Any:
     return int(text) if re.fullmatch(r"\d+", text) else text
 
 
-#: the port placeholder of ``resource._render`` (it groups per-port lines, then checks the final line)
+#: the port placeholder of ``fabricops.roce.resource._render`` (it groups per-port lines, then checks
+#: the final line)
 PORT_PLACEHOLDER = "\0"
 
 
@@ -227,26 +228,3 @@ def _leaf(node: Any) -> Any:
 
 def _natural(name: Any) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
-
-
-# --------------------------------------------------------------------------- the tables
-
-#: the knob tables and their readers live with their platform (``fabricops.roce.platforms.onyx`` /
-#: ``.nvue``); these names stay importable from here (tests, the lab, older callers)
-_MOVED = {
-    "ONYX_KNOBS": "onyx",
-    "onyx_knob": "onyx",
-    "onyx_facts": "onyx",
-    "NVUE_KNOBS": "nvue",
-    "nvue_knob": "nvue",
-    "nvue_facts": "nvue",
-}
-
-
-def __getattr__(name: str) -> Any:
-    where = _MOVED.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"fabricops.roce.platforms.{where}"), name)

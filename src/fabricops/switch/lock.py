@@ -18,7 +18,7 @@ effective user with mode 0700; the lock file is opened inside it by its director
 one sentence before the switch is contacted. The file is truncated and rewritten only once the flock
 is held: it holds who took it (user, host, pid, start time, what, switch), so a second run names the
 change it waits for. The kernel drops a flock when its holder dies, so a crashed run never leaves the
-switch locked. Runs on other controllers are caught by the device-side check (see ``change.py``).
+switch locked. Runs on other controllers are caught by the device-side check (see ``fabricops.roce.change``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .model import SwitchError
+from .errors import SwitchError
 
 __all__ = ["LOCK_DIR_ENV", "ROOT_LOCK_DIR", "device_key", "lock_dir", "switch_lock"]
 

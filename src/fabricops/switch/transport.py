@@ -1,9 +1,9 @@
-"""The one transport seam to a switch: netmiko sessions and the RoCE reads (``get_roce_data``).
+"""The one transport seam to a switch: netmiko sessions (and the seam for a REST client).
 
 Everything above this module sees CLI text only, so tests feed captured text through a fake
 connection (any object with ``send_command``, ``send_config_set``, ``save_config`` and
 ``disconnect``) and a later move from netmiko to another transport stays here. The change flows
-(lock, device-side check, apply, checked restore) are :mod:`fabricops.switch.change`.
+(lock, device-side check, apply, checked restore) are :mod:`fabricops.roce.change`.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fabricops.parsers.nvue import parse_config_diff
 
 from .access import SwitchAccess, known_hosts_from_ssh_args
-from .model import SwitchError
+from .errors import SwitchError
+from .oses import normalize_os
 
 __all__ = [
     "NETMIKO_DEVICE_TYPES",
     "Connector",
     "connect",
-    "get_roce_data",
     "known_hosts_from_ssh_args",
     "open_session",
 ]
@@ -48,6 +48,7 @@ def connect(
     port: int = 22,
     known_hosts: str | None = None,
     timeout: float = 30,
+    rest: Callable[[SwitchAccess], Any] | None = None,
 ) -> Any:
     """A netmiko session with strict host-key checking (an unknown key is refused, never added).
 
@@ -57,12 +58,10 @@ def connect(
     switch, never a secret."""
     if not isinstance(access, SwitchAccess):
         access = _password_access(access, host, username, password, port, known_hosts, timeout)
-    return open_session(access)
+    return open_session(access, rest)
 
 
 def _password_access(os_name, host, username, password, port, known_hosts, timeout) -> SwitchAccess:
-    from .model import normalize_os
-
     name = str(host)
     if not known_hosts or not os.path.isfile(known_hosts):
         raise SwitchError(
@@ -83,20 +82,19 @@ def _password_access(os_name, host, username, password, port, known_hosts, timeo
     )
 
 
-def open_session(access: SwitchAccess) -> Any:
-    """Open the session :class:`SwitchAccess` describes (through its proxy command, if any)."""
-    if access.transport == "rest":  # roce_switch_transport: rest (the NVUE REST API)
-        from .nvue_rest import NvueRestConnection
+def open_session(access: SwitchAccess, rest: Callable[[SwitchAccess], Any] | None = None) -> Any:
+    """Open the session :class:`SwitchAccess` describes (through its proxy command, if any).
 
-        return NvueRestConnection(
-            access.host,
-            access.api_port,
-            access.username,
-            access.password or "",
-            cafile=access.api_ca or "",
-            timeout=access.timeout,
-            switch=access.switch,
-        )
+    ``roce_switch_transport: rest`` needs ``rest``, the platform's REST client factory
+    (``fabricops.roce.platforms.connect`` passes the NVUE API's): what a REST call may carry is the
+    platform's knowledge, not the transport's."""
+    if access.transport == "rest":
+        if rest is None:
+            raise SwitchError(
+                f"{access.switch}: step 'connect' failed: roce_switch_transport rest needs the platform's "
+                "REST client; connect through fabricops.roce.platforms.connect."
+            )
+        return rest(access)
     import paramiko
 
     if not os.path.isfile(access.known_hosts):
@@ -235,17 +233,6 @@ def _connect_failure(access: SwitchAccess, exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- reading
-
-
-def get_roce_data(connection: Any, os_name: str, ports: Sequence[str] = ()) -> dict[str, str]:
-    """Raw CLI text of everything the RoCE resource reads (show commands only).
-
-    The show commands are the platform's (``fabricops.roce.platforms.onyx.OnyxPlatform.read``:
-    enable mode, ``show running-config``, the json-print shows; ``...nvue.NvuePlatform.read``: the
-    applied revision's ``nv show ... -o json``, ``nv show qos roce``, ``nv config diff``)."""
-    from fabricops.roce.platforms import switch_platform
-
-    return switch_platform(os_name).read(connection, ports)
 
 
 # --------------------------------------------------------------------------- applying

@@ -472,9 +472,9 @@ def switch_lldp_reader(
     connector = getattr(switch_reader, "connector", None)
 
     def read(switch: str, ports: Sequence[str]) -> dict[str, Any]:
-        from fabricops.switch import transport
+        from fabricops.roce import platforms
+        from fabricops.roce.switchspec import normalize_os, normalize_ports
         from fabricops.switch.access import switch_os
-        from fabricops.switch.model import normalize_os, normalize_ports
         from fabricops.verify.switchstate import inventory_access
 
         hv = dict(hostvars(switch) or {})
@@ -486,7 +486,7 @@ def switch_lldp_reader(
         conn = (
             connector(switch, os_name, hv)
             if connector
-            else transport.connect(inventory_access(hv, switch, os_name))
+            else platforms.connect(inventory_access(hv, switch, os_name))
         )
         try:
             return read_lldp(conn, os_name, ports, normalize_ports)

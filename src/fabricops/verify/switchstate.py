@@ -5,7 +5,7 @@ ethernet | json-print``, NVUE ``nv show interface -o json``).
 
 The switch is read through the project's switch transport (``fabricops.switch.transport``: netmiko,
 show commands only: ``get_roce_data``) and its configured state gathered with
-``fabricops.switch.resource.gather``; the wanted state is ``fabricops.switch.model.want_facts`` of the
+``fabricops.roce.resource.gather``; the wanted state is ``fabricops.roce.switchspec.want_facts`` of the
 same validated definition the roce_switch role applies. Nothing here configures a switch.
 
 :func:`port_problems` is pure (facts in, sentences out); :class:`SwitchReader` connects: a session per
@@ -67,7 +67,7 @@ def port_problems(
 
     Empty when the port holds every PFC / trust / ECN / DSCP-map fact the roce_switch role would set.
     Raises :class:`FabricopsError` when ``roce`` does not validate."""
-    from fabricops.switch.model import normalize_os, switch_spec, want_facts
+    from fabricops.roce.switchspec import normalize_os, switch_spec, want_facts
 
     os_name = normalize_os(os_name)
     spec = switch_spec(os_name, roce, [port])
@@ -89,11 +89,11 @@ IslEnd = tuple[str, str, str, str]
 
 def isl_path(links: Sequence[Mapping[str, Any]] | None, switch_a: str, switch_b: str) -> list[IslEnd]:
     """Every inter-switch link end a packet from ``switch_a`` to ``switch_b`` may cross
-    (``fabricops_switch_links`` entries, checked by :func:`fabricops.switch.model.isl_ports`): the
+    (``fabricops_switch_links`` entries, checked by :func:`fabricops.roce.switchspec.isl_ports`): the
     direct links, and both ends of every link of a two-tier path ``switch_a - X - switch_b`` through a
     switch X linked to both. RoCE ECMP (and, from verify's side, InfiniBand routing) may take any of
     them, so each is a candidate. Empty when both are the same switch."""
-    from fabricops.switch.model import isl_ports
+    from fabricops.roce.switchspec import isl_ports
 
     if switch_a == switch_b:
         return []
@@ -230,9 +230,10 @@ class SwitchReader:
     def _open(self, switch: str) -> tuple[Any, str, dict[str, Any]]:
         """(session, OS name, inventory variables) of ``switch``, reached as the roce_switch role
         reaches it; raises :class:`FabricopsError` with one sentence when it cannot be."""
+        from fabricops.roce import platforms
+        from fabricops.roce.switchspec import normalize_os
         from fabricops.switch import transport
         from fabricops.switch.access import switch_os
-        from fabricops.switch.model import normalize_os
 
         with _ACCESS_LOCK:
             hv = dict(self.hostvars(switch) or {})
@@ -248,7 +249,7 @@ class SwitchReader:
         else:
             with _ACCESS_LOCK:
                 access = inventory_access(hv, switch, os_name)
-            conn = transport.connect(access)
+            conn = platforms.connect(access)
         # show commands only: no prompt probe before each (transport.known_prompt)
         return transport.known_prompt(conn), os_name, hv
 
@@ -260,7 +261,7 @@ class SwitchReader:
         data: Mapping[str, str],
         names: Mapping[str, str],
     ) -> dict[str, list[str]]:
-        from fabricops.switch.resource import gather
+        from fabricops.roce.resource import gather
 
         facts, _oper = gather(os_name, data, sorted(set(names.values())))
         # NVUE: PFC priorities in every shape `nv show qos` prints them (nvue_pfc_priorities)
@@ -268,12 +269,12 @@ class SwitchReader:
         return {p: port_problems(os_name, facts, self._roce(switch, hv), n) for p, n in names.items()}
 
     def __call__(self, switch: str, ports: Sequence[str]) -> dict[str, list[str]]:
-        from fabricops.switch import transport
-        from fabricops.switch.model import normalize_ports
+        from fabricops.roce.resource import get_roce_data
+        from fabricops.roce.switchspec import normalize_ports
 
         def read(conn: Any, os_name: str, hv: Mapping[str, Any]) -> dict[str, list[str]]:
             names = {p: normalize_ports(os_name, [p])[0] for p in ports}
-            data = transport.get_roce_data(conn, os_name, sorted(set(names.values())))
+            data = get_roce_data(conn, os_name, sorted(set(names.values())))
             return self._problems(switch, os_name, hv, data, names)
 
         return self._in_session(switch, read)
@@ -283,8 +284,8 @@ class SwitchReader:
         ``read_port_state``: one show for the whole switch), and with ``qos`` what each lacks for the
         lossless class (:func:`port_problems`), in the same session. Show commands only. Raises
         :class:`FabricopsError` (or a transport error) when the switch cannot be read."""
-        from fabricops.switch import transport
-        from fabricops.switch.model import normalize_ports
+        from fabricops.roce.resource import get_roce_data
+        from fabricops.roce.switchspec import normalize_ports
 
         def read(conn: Any, os_name: str, hv: Mapping[str, Any]) -> tuple[SwitchPortsRead, Any, dict, list]:
             plat = switch_platform(os_name)
@@ -295,7 +296,7 @@ class SwitchReader:
             roce = self._roce(switch, hv) if qos else None
             if roce is not None:
                 try:
-                    data = transport.get_roce_data(conn, os_name, wanted)
+                    data = get_roce_data(conn, os_name, wanted)
                     out.qos = self._problems(switch, os_name, hv, data, names)
                 except Exception as exc:  # the port state stands; its lossless class is not judged
                     out.qos_error = " ".join(str(exc).split())[:200]
@@ -314,7 +315,7 @@ class SwitchReader:
         """``ports``' LLDP neighbours as the switch reports them (show commands only:
         :func:`fabricops.verify.cabling.read_lldp`), in the switch's kept session when sessions are
         kept (the cabling phase reads the switches the switch-port phase and the pair rounds read)."""
-        from fabricops.switch.model import normalize_ports
+        from fabricops.roce.switchspec import normalize_ports
         from fabricops.verify.cabling import read_lldp
 
         def read(conn: Any, os_name: str, _hv: Mapping[str, Any]) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def test_modules_converge_then_report_no_change(onyx39, conformance_venv, client
 def test_check_mode_on_a_switch_fabricops_converged(onyx39, conformance_venv, client_calls, tmp_path):
     """fabricops converges the switch (its own switch code over real SSH), then the modules that manage
     the same settings must find nothing to change in check mode."""
-    from fabricops.switch.runner import run
+    from fabricops.roce.runner import run
     from fabricops.switch.transport import connect
 
     ports = ["Eth1/1", "Eth1/2"]

@@ -158,7 +158,7 @@ def test_swapped_ethernet_cables_across_hosts_show_in_lldpctl_and_the_switches(r
         def enable(self):
             sess.handle("enable")
 
-    from fabricops.switch.model import normalize_ports
+    from fabricops.roce.switchspec import normalize_ports
 
     seen = cabling.read_lldp(Conn(), "onyx", ["Eth1/1", "Eth1/2", "Eth1/3"], normalize_ports)
     assert seen["Eth1/1"].system_name == "gpu02" and seen["Eth1/1"].port_name == "enp170s0f0np0"

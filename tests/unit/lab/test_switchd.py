@@ -15,7 +15,7 @@ from netmiko.exceptions import ConfigInvalidException, NetmikoAuthenticationExce
 
 from fabricops.parsers.nvue import parse_config_diff, parse_qos_roce
 from fabricops.parsers.onyx import parse_ecn, parse_pfc, parse_qos_trust, parse_running_config
-from fabricops.switch.knobs import nvue_facts
+from fabricops.roce.platforms.nvue import nvue_facts
 from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
 from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
 from fabricops_lab.switchd.server import serve

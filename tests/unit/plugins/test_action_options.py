@@ -150,7 +150,7 @@ def test_fabric_facts_converts_and_refuses():
 
 
 def test_roce_switch_switch_settings_come_from_the_schema_and_convert():
-    from fabricops.roce import schema
+    from fabricops.model import roce_schema as schema
 
     plugin = load_plugin("roce_switch")
     for name, entry in schema.switch_argument_spec().items():

@@ -1,4 +1,4 @@
-"""Every region generated from fabricops.roce.schema is current, and a stale one is caught.
+"""Every region generated from fabricops.model.roce_schema is current, and a stale one is caught.
 
 The checked-in files are compared with what ``python -m fabricops.roce.generate`` would write; the
 mutation tests edit a copy of the repository's targets and must see ``--check`` name the file.
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricops.roce import generate, schema
+from fabricops.model import roce_schema as schema
+from fabricops.roce import generate
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""The declaration in fabricops.roce.schema is what fabricops.model.roce validates, defaults and returns."""
+"""fabricops.model.roce_schema declares what fabricops.model.roce validates, defaults and returns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from fabricops.model import roce as model
-from fabricops.roce import schema
+from fabricops.model import roce_schema as schema
 
 
 def test_defaults_are_the_declared_defaults():

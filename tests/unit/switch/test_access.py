@@ -20,7 +20,7 @@ import pytest
 
 from fabricops.switch import transport
 from fabricops.switch.access import SwitchAccessError, from_inventory_json, switch_connection
-from fabricops.switch.model import SwitchError
+from fabricops.switch.errors import SwitchError
 from fabricops_lab.switchd.server import serve
 
 PASSWORD = "s3cret-Pw{{x}}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from fabricops.diagnose import switch_states
+from fabricops.roce.runner import run
 from fabricops.switch import transport
 from fabricops.switch.access import SwitchAccessError, switch_connection, switch_os
-from fabricops.switch.runner import run
 from fabricops.verify.switchstate import SwitchReader
 
 ENV_PASSWORD = "env-Pw-7731"

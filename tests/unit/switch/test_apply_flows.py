@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fabricops.errors import FabricopsError
-from fabricops.switch.resource import facts_from_onyx_config
-from fabricops.switch.runner import run
-from fabricops.switch.transport import get_roce_data, known_hosts_from_ssh_args
+from fabricops.roce.resource import facts_from_onyx_config, get_roce_data
+from fabricops.roce.runner import run
+from fabricops.switch.transport import known_hosts_from_ssh_args
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 ROCE4 = {"lossless_priority": 4, "dscp": 34}
@@ -47,7 +47,7 @@ def test_onyx_session_drop_restores_previous_config(onyx_rack, after):
 def test_onyx_rejected_command_restores(onyx_rack, monkeypatch):
     _run(onyx_rack)
     before = onyx_rack.state()
-    import fabricops.switch.resource as resource
+    import fabricops.roce.resource as resource
 
     real = resource.compute
     calls = {"n": 0}
@@ -57,7 +57,7 @@ def test_onyx_rejected_command_restores(onyx_rack, monkeypatch):
         calls["n"] += 1
         return [*out[:2], "traffic-class 9 bogus", *out[2:]] if calls["n"] == 1 and out else out
 
-    monkeypatch.setattr("fabricops.switch.runner.compute", poisoned)
+    monkeypatch.setattr("fabricops.roce.runner.compute", poisoned)
     with pytest.raises(FabricopsError, match=r"leaf-onyx: step 'send' failed: the switch rejected a command"):
         _run(onyx_rack, roce=ROCE4, state="overridden")
     assert onyx_rack.state() == before

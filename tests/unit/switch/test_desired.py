@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fabricops.roce.desired import DesiredStateError, desired_state, effective_definition
-from fabricops.switch.model import want_facts
+from fabricops.roce.switchspec import want_facts
 
 CABLING = [
     {"host": "gpu01", "switch": "leaf-a", "switch_port": "swp2"},

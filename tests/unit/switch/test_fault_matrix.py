@@ -3,7 +3,7 @@
 Each case starts an emulated switch on 127.0.0.1 (tests/unit/lab/test_switchd.py's ``Lab``),
 converges it, arms one fault in the emulator's faults file (emulator-only rules: drop / drop after /
 reject / freeze / a foreign change from another session), runs the real apply path
-(:func:`fabricops.switch.runner.run` with netmiko sessions) to move the lossless class, then reads
+(:func:`fabricops.roce.runner.run` with netmiko sessions) to move the lossless class, then reads
 the emulated device and checks the tool's outcome against it:
 
 - ``restored``: the whole configuration (Onyx running config, NVUE applied revision) and the saved
@@ -26,12 +26,13 @@ import pytest
 from unit.lab.test_switchd import PASSWORD, Lab
 
 from fabricops.errors import FabricopsError
-from fabricops.switch import change, lock
-from fabricops.switch.knobs import nvue_facts
+from fabricops.roce import change
+from fabricops.roce.platforms.nvue import nvue_facts
+from fabricops.roce.resource import compute, facts_from_onyx_config
+from fabricops.roce.runner import run
+from fabricops.roce.switchspec import SwitchError, switch_spec, want_facts
+from fabricops.switch import lock
 from fabricops.switch.lock import device_key, switch_lock
-from fabricops.switch.model import SwitchError, switch_spec, want_facts
-from fabricops.switch.resource import compute, facts_from_onyx_config
-from fabricops.switch.runner import run
 from fabricops.switch.transport import netmiko_connect
 
 ROCE = {"lossless_priority": 3, "dscp": 26}

@@ -12,8 +12,8 @@ import pytest
 
 from fabricops.errors import FabricopsError
 from fabricops.roce.desired import DesiredStateError, desired_state
-from fabricops.switch.model import SwitchError, isl_ports, ports_from_cabling, switch_spec, want_facts
-from fabricops.switch.runner import run
+from fabricops.roce.runner import run
+from fabricops.roce.switchspec import SwitchError, isl_ports, ports_from_cabling, switch_spec, want_facts
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 

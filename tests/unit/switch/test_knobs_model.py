@@ -6,9 +6,11 @@ import pytest
 from captures import read_fixture
 
 from fabricops.errors import FabricopsError
-from fabricops.switch.knobs import NVUE_KNOBS, ONYX_KNOBS, bytes_value, nvue_facts, onyx_facts
-from fabricops.switch.model import normalize_ports, ports_from_cabling, switch_spec, want_facts
-from fabricops.switch.resource import config_lines, facts_from_onyx_config
+from fabricops.roce.platforms.nvue import NVUE_KNOBS, nvue_facts
+from fabricops.roce.platforms.onyx import ONYX_KNOBS, onyx_facts
+from fabricops.roce.resource import config_lines, facts_from_onyx_config
+from fabricops.roce.switchspec import normalize_ports, ports_from_cabling, switch_spec, want_facts
+from fabricops.switch.knobs import bytes_value
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 

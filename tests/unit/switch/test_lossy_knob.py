@@ -12,7 +12,7 @@ from unit.switch.test_states import _ports, _run
 from fabricops.diagnose import Context, context_from_hostvars
 from fabricops.hostqos.plan import host_plan
 from fabricops.model.roce import RoceConfigError, validate
-from fabricops.switch.model import switch_spec, want_facts
+from fabricops.roce.switchspec import switch_spec, want_facts
 from fabricops.verify.switchstate import port_problems
 
 LOSSY = {"lossless": False, "lossless_priority": 3, "dscp": 26}

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from fabricops.errors import FabricopsError
+from fabricops.roce.platforms.nvue_rest import NvueRestConnection, RestError, command_to_patch
+from fabricops.roce.runner import run
 from fabricops.switch.access import SwitchAccessError, switch_connection
 from fabricops.switch.lock import switch_lock
-from fabricops.switch.nvue_rest import NvueRestConnection, RestError, command_to_patch
-from fabricops.switch.runner import run
 from fabricops_lab.switchd.nvue import NvueSwitch
 from fabricops_lab.switchd.nvue_api import NvueApiServer
 

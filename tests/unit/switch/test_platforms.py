@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from fabricops.roce import resource
 from fabricops.roce.platforms import OS_NAMES, platform, switch_platform
+from fabricops.roce.resource import compute
+from fabricops.roce.switchspec import SwitchError, normalize_os, switch_spec, want_facts
 from fabricops.switch import knobs, transport
-from fabricops.switch.model import SwitchError, normalize_os, switch_spec, want_facts
-from fabricops.switch.resource import compute
 
 ROOT = Path(__file__).parents[3]
 
@@ -39,14 +40,22 @@ def test_host_platform_and_unknown_names():
         switch_platform("host")  # roce_switch drives switches only
 
 
-def test_knob_tables_live_in_the_platforms_and_stay_importable_from_knobs():
+def test_knob_tables_live_in_the_platforms_and_the_machinery_knows_none():
+    """switch.knobs is below the platforms (issue 39 point 2): no table, no re-export of one."""
     from fabricops.roce.platforms import nvue, onyx
 
-    assert knobs.ONYX_KNOBS is onyx.ONYX_KNOBS is platform("onyx").knobs
-    assert knobs.NVUE_KNOBS is nvue.NVUE_KNOBS is platform("nvue").knobs
-    assert knobs.onyx_facts is onyx.onyx_facts and knobs.nvue_facts is nvue.nvue_facts
-    with pytest.raises(AttributeError):
-        knobs.NO_SUCH_TABLE  # noqa: B018
+    assert onyx.ONYX_KNOBS is platform("onyx").knobs and nvue.NVUE_KNOBS is platform("nvue").knobs
+    for name in ("ONYX_KNOBS", "NVUE_KNOBS", "onyx_facts", "nvue_facts", "onyx_knob", "nvue_knob"):
+        assert not hasattr(knobs, name), name
+
+
+def test_access_knows_the_same_oses_as_the_platforms():
+    """The OS table access and transports use (switch.oses) is the one the registry keys on."""
+    from fabricops.switch import oses
+
+    assert OS_NAMES is oses.OS_NAMES
+    assert {platform(o).name for o in oses.SWITCH_OS} == set(oses.SWITCH_OS)
+    assert {o for o in oses.SWITCH_OS if platform(o).rest_api} == oses.REST_API_OS
 
 
 def test_no_os_branching_outside_the_platforms():
@@ -109,28 +118,28 @@ class _NoEnable:
 
 
 def test_onyx_read_enters_enable_mode_before_any_show(onyx_rack):
-    from fabricops.switch.runner import run
+    from fabricops.roce.runner import run
 
     run(switch=onyx_rack.switch.name, os_name="onyx", state="merged", roce={}, ports=["Eth1/1"],
         connector=onyx_rack.connect)
     conn = _strict(onyx_rack, onyx_rack.log)
     assert conn.session.mode == "user"
-    data = transport.get_roce_data(conn, "onyx", ["Eth1/1"])
+    data = resource.get_roce_data(conn, "onyx", ["Eth1/1"])
     assert conn.session.mode == "enable"
     assert "dcb priority-flow-control enable" in data["running-config"]
     assert not any(v.startswith("%") for v in data.values())
     # already in `#`: reading again works and sends no second enable through netmiko's enable()
     onyx_rack.log.clear()
-    transport.get_roce_data(conn, "onyx", ["Eth1/1"])
+    resource.get_roce_data(conn, "onyx", ["Eth1/1"])
     assert onyx_rack.log[0] == "show running-config"
     bare = _NoEnable(_strict(onyx_rack, []))
-    transport.get_roce_data(bare, "onyx", ["Eth1/1"])
+    resource.get_roce_data(bare, "onyx", ["Eth1/1"])
     assert bare.sent[0] == "enable" and all(re.match("show ", c) for c in bare.sent[1:])
 
 
 def test_nvue_read_sends_no_enable(nvue_rack):
     conn = _NoEnable(nvue_rack.connect())
-    transport.get_roce_data(conn, "cumulus", ["swp1"])
+    resource.get_roce_data(conn, "cumulus", ["swp1"])
     assert conn.sent[0].startswith("nv show") and "enable" not in conn.sent
 
 

@@ -6,9 +6,9 @@ import pytest
 from captures import read_fixture
 
 from fabricops.errors import FabricopsError
-from fabricops.switch.model import switch_spec, want_facts
-from fabricops.switch.resource import apply_facts, compute
-from fabricops.switch.runner import run
+from fabricops.roce.resource import apply_facts, compute
+from fabricops.roce.runner import run
+from fabricops.roce.switchspec import switch_spec, want_facts
 
 ROCE = {"lossless_priority": 3, "dscp": 26}
 ROCE4 = {"lossless_priority": 4, "dscp": 34, "ecn": {"min_kb": 200, "max_kb": 2000}}

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fabricops.errors import FabricopsError
+from fabricops.roce.runner import run
 from fabricops.switch.knobs import UnsafeLine, check_line
-from fabricops.switch.runner import run
 
 _spec = importlib.util.spec_from_file_location(
     "action_roce_switch", Path(__file__).resolve().parents[3] / "plugins" / "action" / "roce_switch.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabricops.switch.model import SwitchError
+from fabricops.switch.errors import SwitchError
 from fabricops.verify import pairs
 from fabricops.verify.engine import explain_roce
 from fabricops.verify.result import FAIL, CheckResult

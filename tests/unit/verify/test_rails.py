@@ -10,7 +10,7 @@ from captures import read_fixture
 from fake_counters import PortCounters
 
 from fabricops.model.profiles import load_profile
-from fabricops.switch.model import switch_spec, want_facts
+from fabricops.roce.switchspec import switch_spec, want_facts
 from fabricops.verify import hostchecks, pairs
 from fabricops.verify.engine import Options, explain_roce, plan_rails, verify
 from fabricops.verify.expect import host_expect

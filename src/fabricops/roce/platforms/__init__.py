@@ -19,21 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OS_NAMES", "SWITCH_OS", "platform", "switch_platform"]
+from fabricops.switch import transport
+from fabricops.switch.oses import OS_NAMES, SWITCH_OS, normalize_os
 
-#: ansible_network_os / fabricops_switch_os spellings -> our OS name
-OS_NAMES = {
-    "onyx": "onyx",
-    "mellanox.onyx.onyx": "onyx",
-    "mellanox_mlnxos": "onyx",
-    "mlnxos": "onyx",
-    "cumulus": "cumulus",
-    "nvue": "cumulus",
-    "cumulus_linux": "cumulus",
-    "nvidia.nvue.nvue": "cumulus",
-}
-#: our switch OS names, in the order messages list them
-SWITCH_OS = ("onyx", "cumulus")
+__all__ = ["OS_NAMES", "SWITCH_OS", "connect", "platform", "switch_platform"]
+
 
 
 def _registry() -> dict[str, Any]:
@@ -47,15 +37,7 @@ def _registry() -> dict[str, Any]:
 def platform(name: str | None) -> Any:
     """The platform for ``name`` (any :data:`OS_NAMES` spelling, or ``host``); a clear error else."""
     key = str(name or "").strip().lower()
-    os_name = "host" if key == "host" else OS_NAMES.get(key)
-    if os_name is None:
-        from fabricops.switch.model import SwitchError
-
-        raise SwitchError(
-            f"switch OS {name!r} is not supported; set fabricops_switch_os to onyx or cumulus "
-            "(or ansible_network_os to onyx / cumulus)."
-        )
-    return _registry()[os_name]
+    return _registry()["host" if key == "host" else normalize_os(name)]
 
 
 def switch_platform(name: str | None) -> Any:
@@ -63,3 +45,11 @@ def switch_platform(name: str | None) -> Any:
     if str(name or "").strip().lower() == "host":
         return platform(None)  # raises the same sentence
     return platform(name)
+
+
+def connect(access: Any, *args: Any, **kwargs: Any) -> Any:
+    """:func:`fabricops.switch.transport.connect` with the platforms' REST client for
+    ``roce_switch_transport: rest`` (the NVUE API): what every caller that may meet a REST switch uses."""
+    from .nvue_rest import from_access
+
+    return transport.connect(access, *args, rest=from_access, **kwargs)

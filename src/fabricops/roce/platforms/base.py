@@ -1,10 +1,10 @@
 """What every switch platform does the same way over its own knob table.
 
 A platform (``onyx.py``, ``nvue.py``) holds everything that differs between switch operating
-systems: its knob table, port naming, the desired facts of a :class:`~fabricops.switch.model.SwitchSpec`,
+systems: its knob table, port naming, the desired facts of a :class:`~fabricops.roce.switchspec.SwitchSpec`,
 the show commands that read it, how per-port commands are grouped, the apply flow, the
 description of a missing knob and the inverse of the desired facts (``gathered`` in the shape users
-write). Code above the platforms (``fabricops.switch.resource``, ``runner``, verify, diagnose) asks
+write). Code above the platforms (``fabricops.roce.resource``, ``runner``, verify, diagnose) asks
 :func:`fabricops.roce.platforms.platform` and never branches on the OS name.
 """
 
@@ -126,7 +126,7 @@ class SwitchPlatform:
         raise NotImplementedError
 
     def normalize_ports(self, ports: Iterable[Any]) -> list[str]:
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         out: set[str] = set()
         for raw in ports:
@@ -217,7 +217,7 @@ class SwitchPlatform:
 
     def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
         """Send :meth:`port_admin_commands`, read the port back, save; the commands sent. Raises
-        :class:`~fabricops.switch.model.SwitchError`: one sentence naming the switch, the step and
+        :class:`~fabricops.roce.switchspec.SwitchError`: one sentence naming the switch, the step and
         what the switch holds."""
         raise NotImplementedError  # pragma: no cover
 

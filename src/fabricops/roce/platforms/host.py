@@ -36,7 +36,7 @@ class HostPlatform:
 
     def normalize_port(self, port: str) -> str:
         """A Linux netdev name (1-15 characters, no slash or space)."""
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         text = str(port).strip()
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", text, re.ASCII):

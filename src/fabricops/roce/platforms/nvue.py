@@ -104,7 +104,7 @@ class NvuePlatform(SwitchPlatform):
     name = "cumulus"
     title = "Cumulus"
     netmiko_device_type = "cumulus_linux"
-    rest_api = True  # NVUE API, HTTPS on 8765 (fabricops.switch.nvue_rest)
+    rest_api = True  # NVUE API, HTTPS on 8765 (fabricops.roce.platforms.nvue_rest)
     buffer_pools = (None, "lossless", "lossless-single-ipool")
     default_buffer_pool = "lossless"
     path_knobs = ("pfc_priority", "trust", "dscp_map", "sp_tc", "ecn_enable")
@@ -114,7 +114,7 @@ class NvuePlatform(SwitchPlatform):
 
     def normalize_port(self, port: str) -> str:
         """``swpN`` (``swp1s0`` for a breakout port)."""
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         if not re.fullmatch(r"swp[0-9]{1,3}(?:s[0-9]{1,2})?", port, re.ASCII):
             raise SwitchError(f"{port!r} is not a Cumulus switch port (write swp1).")
@@ -240,7 +240,7 @@ class NvuePlatform(SwitchPlatform):
         import yaml
 
         from fabricops import safeyaml
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         text = text.strip()
         try:  # `nv config show` text from the user: no YAML aliases (an alias bomb), bounded nesting
@@ -379,7 +379,7 @@ class NvuePlatform(SwitchPlatform):
         (Cumulus Linux user guide, "Interface Configuration and Management", "Bring an Interface Up or
         Down": "nv set interface swp1 link state down", "nv config apply"; NVUE command reference,
         "Config Commands": ``nv config save``)."""
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         if state not in ("up", "down"):
             raise SwitchError(f"a port's admin state is up or down, not {state!r}.")
@@ -387,7 +387,7 @@ class NvuePlatform(SwitchPlatform):
         return [f"nv set interface {port} link state {state}", "nv config apply -y", "nv config save"]
 
     def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
-        from fabricops.switch import change
+        from fabricops.roce import change
 
         return change.port_admin_nvue(
             connection,
@@ -407,7 +407,7 @@ class NvuePlatform(SwitchPlatform):
         return require_no_pending(conn, switch, data, discard)
 
     def apply(self, conn: Any, commands: Sequence[str], **kw: Any) -> Any:
-        from fabricops.switch import change
+        from fabricops.roce import change
 
         kw.pop("data", None)
         return change.apply_nvue(conn, commands, **kw)

@@ -132,7 +132,7 @@ class OnyxPlatform(SwitchPlatform):
 
     def normalize_port(self, port: str) -> str:
         """``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted; ``Eth1/1/2`` for a split port)."""
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         m = re.fullmatch(r"(?i)(?:eth(?:ernet)? ?)?([0-9]{1,2}/[0-9]{1,3}(?:/[0-9]{1,2})?)", port, re.ASCII)
         if not m:
@@ -159,7 +159,7 @@ class OnyxPlatform(SwitchPlatform):
     # ------------------------------------------------------------------ desired state
 
     def check_definition(self, cfg: Any) -> None:
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         # Onyx with trust L3 maps DSCP d to switch priority d >> 3 (26 -> 3, 48 -> 6); fabricops
         # does not render a custom DSCP map for Onyx, so a definition that needs one must fail here.
@@ -368,7 +368,7 @@ class OnyxPlatform(SwitchPlatform):
         """``interface ethernet 1/N shutdown`` / ``... no shutdown`` (Onyx user manual, "Ethernet
         Interface Commands": ``[no] shutdown`` in config interface ethernet mode; one line from config
         mode, as the RoCE knobs are sent), then ``configuration write``."""
-        from fabricops.switch.model import SwitchError
+        from fabricops.switch.errors import SwitchError
 
         if state not in ("up", "down"):
             raise SwitchError(f"a port's admin state is up or down, not {state!r}.")
@@ -377,7 +377,7 @@ class OnyxPlatform(SwitchPlatform):
         return [f"interface ethernet {port[3:]} {no}shutdown", "configuration write"]
 
     def set_port_admin(self, connection: Any, switch: str, port: str, state: str) -> list[str]:
-        from fabricops.switch import change
+        from fabricops.roce import change
 
         return change.port_admin_onyx(
             connection,
@@ -391,7 +391,7 @@ class OnyxPlatform(SwitchPlatform):
     # ------------------------------------------------------------------ applying
 
     def apply(self, conn: Any, commands: Sequence[str], **kw: Any) -> Any:
-        from fabricops.switch import change
+        from fabricops.roce import change
 
         kw.pop("confirm_timeout", None)
         data = kw.pop("data")

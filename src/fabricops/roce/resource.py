@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .knobs import PORT_PLACEHOLDER, Facts, Key, UnsafeLine, check_line
-from .model import SwitchError
+from fabricops.roce.platforms import switch_platform
+from fabricops.switch.errors import SwitchError
+from fabricops.switch.knobs import PORT_PLACEHOLDER, Facts, Key, UnsafeLine, check_line
 
 __all__ = [
     "STATES",
@@ -179,7 +180,7 @@ def parse_config(os_name: str, text: str) -> Facts:
 
 
 def gather(os_name: str, data: Mapping[str, str], ports: Sequence[str] = ()) -> tuple[Facts, dict[str, Any]]:
-    """(configured facts, operational view) from the raw texts of ``transport.get_roce_data``.
+    """(configured facts, operational view) from the raw texts of :func:`get_roce_data`.
 
     The diff is computed from the *configured* state (Onyx running-config, NVUE applied revision):
     Onyx's json-print shows report effective values that include the ``roce`` one-shot's implied
@@ -197,3 +198,12 @@ def gathered(os_name: str, facts: Facts) -> dict[str, Any]:
     out = _platform(os_name).user_shape(facts)
     out["knobs"] = structured(os_name, facts)
     return out
+
+
+def get_roce_data(connection: Any, os_name: str, ports: Sequence[str] = ()) -> dict[str, str]:
+    """Raw CLI text of everything the RoCE resource reads (show commands only).
+
+    The show commands are the platform's (``fabricops.roce.platforms.onyx.OnyxPlatform.read``:
+    enable mode, ``show running-config``, the json-print shows; ``...nvue.NvuePlatform.read``: the
+    applied revision's ``nv show ... -o json``, ``nv show qos roce``, ``nv config diff``)."""
+    return switch_platform(os_name).read(connection, ports)

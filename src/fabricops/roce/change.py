@@ -1,6 +1,6 @@
 """A switch change is whole: checked before, applied, verified, and after any failure compared.
 
-Called by :func:`fabricops.switch.runner.run` (which holds the controller-side lock, ``lock.py``)
+Called by :func:`fabricops.roce.runner.run` (which holds the controller-side lock, ``lock.py``)
 with an open session and what it read. Every failure raises :class:`ChangeFailed`, whose
 ``outcome`` says what the switch holds, checked by reading it back over a new session:
 
@@ -41,11 +41,12 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.parsers.nvue import parse_config_diff
+from fabricops.switch.errors import SwitchError
+from fabricops.switch.knobs import Facts, check_line
+from fabricops.switch.transport import NVUE_ERROR, ONYX_ERROR
 
-from .knobs import Facts, check_line, nvue_facts
-from .model import SwitchError
-from .resource import compute, facts_from_onyx_config, gather
-from .transport import NVUE_ERROR, ONYX_ERROR, get_roce_data
+from .platforms.nvue import nvue_facts
+from .resource import compute, facts_from_onyx_config, gather, get_roce_data
 
 __all__ = [
     "APPLY_TIMEOUT",

@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricops.errors import FabricopsError
 from fabricops.model.roce import RoceConfig, validate
-from fabricops.roce.platforms import OS_NAMES as _OS_NAMES
-from fabricops.roce.schema import SWITCH_SETTINGS
-
-from .knobs import Facts
+from fabricops.model.roce_schema import SWITCH_SETTINGS
+from fabricops.roce.platforms import switch_platform
+from fabricops.switch.errors import SwitchError
+from fabricops.switch.knobs import Facts
+from fabricops.switch.oses import OS_NAMES, normalize_os
 
 __all__ = [
     "LINK_KEYS",
@@ -34,21 +34,6 @@ __all__ = [
     "switch_spec",
     "want_facts",
 ]
-
-#: ansible_network_os / fabricops_switch_os spellings -> our OS name (the platform registry's)
-OS_NAMES = _OS_NAMES
-
-
-class SwitchError(FabricopsError):
-    """A switch task that cannot go on; the message names the switch and the step."""
-
-
-def normalize_os(name: str | None) -> str:
-    """Our switch OS name for any spelling (``fabricops.roce.platforms.OS_NAMES``); else one sentence."""
-    from fabricops.roce.platforms import switch_platform
-
-    return switch_platform(name).name
-
 
 #: NVUE ``nv config apply --confirm <time>``: seconds/minutes/hours, a bare number is minutes
 #: (NVUE reference, Config Commands: "nv config apply --confirm 60 requires you to confirm within
@@ -85,8 +70,6 @@ def _natural(name: str) -> list[Any]:
 def normalize_ports(os_name: str, ports: Iterable[str]) -> list[str]:
     """Ports in the platform's own naming: Onyx ``Eth1/N`` (``ethernet 1/1``, ``1/1`` accepted),
     Cumulus ``swpN`` (``swp1s0`` too); sorted, without duplicates."""
-    from fabricops.roce.platforms import switch_platform
-
     return switch_platform(os_name).normalize_ports(ports)
 
 
@@ -167,8 +150,6 @@ class SwitchSpec:
     @property
     def platform(self) -> Any:
         """The platform of :attr:`os` (``fabricops.roce.platforms``)."""
-        from fabricops.roce.platforms import switch_platform
-
         return switch_platform(self.os)
 
 
@@ -182,12 +163,10 @@ def switch_spec(
     buffer_pool: str | None = "default",
 ) -> SwitchSpec:
     """Validate everything a switch needs; raises :class:`FabricopsError` with one sentence."""
-    from fabricops.roce.platforms import switch_platform
-
     os_name = normalize_os(os_name)
     cfg = roce if isinstance(roce, RoceConfig) else validate(roce)
     port_list = normalize_ports(os_name, ports)
-    # the range is the schema's (fabricops.roce.schema.SWITCH_SETTINGS), the one declaration
+    # the range is the schema's (fabricops.model.roce_schema.SWITCH_SETTINGS), the one declaration
     ets = next(f for f in SWITCH_SETTINGS if f.name == "ets_lossless_percent")
     if isinstance(ets_lossless_percent, bool) or not isinstance(ets_lossless_percent, int):
         raise SwitchError(

@@ -2,7 +2,7 @@
 
 ``roce_switch_transport: rest`` makes :func:`fabricops.switch.transport.connect` return a
 :class:`NvueRestConnection` instead of a netmiko session. It answers the same
-``send_command(...)`` calls the NVUE flows make (``change.apply_nvue``, ``transport.get_roce_data``)
+``send_command(...)`` calls the NVUE flows make (``change.apply_nvue``, ``resource.get_roce_data``)
 with the same text the CLI prints, so the read, the diff, the checks and the states are the CLI's
 code; only the wire differs. Each NVUE command fabricops sends maps to the API of NVIDIA's "NVUE
 API" guide (Cumulus Linux 5.x user guide, System Configuration > NVUE > NVUE API):
@@ -66,10 +66,11 @@ from urllib.parse import quote
 
 import yaml
 
-from .knobs import NVUE_KNOBS
-from .model import SwitchError
+from fabricops.switch.errors import SwitchError
 
-__all__ = ["NvueRestConnection", "RestError", "command_to_patch"]
+from .nvue import NVUE_KNOBS
+
+__all__ = ["NvueRestConnection", "RestError", "command_to_patch", "from_access"]
 
 API_PREFIX = "/nvue_v1"
 POLL_INTERVAL = 0.2
@@ -530,3 +531,17 @@ class NvueRestConnection:
 
     def save_config(self) -> str:
         return self.send_command("nv config save")
+
+
+def from_access(access: Any) -> NvueRestConnection:
+    """The REST session a ``SwitchAccess`` with ``transport == "rest"`` describes
+    (``fabricops.switch.transport.open_session`` calls it through ``fabricops.roce.platforms.connect``)."""
+    return NvueRestConnection(
+        access.host,
+        access.api_port,
+        access.username,
+        access.password or "",
+        cafile=access.api_ca or "",
+        timeout=access.timeout,
+        switch=access.switch,
+    )

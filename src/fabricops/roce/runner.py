@@ -13,21 +13,30 @@ from typing import Any
 
 from fabricops.errors import FabricopsError
 from fabricops.roce.platforms import switch_platform
+from fabricops.switch.errors import SwitchError
+from fabricops.switch.knobs import Facts
+from fabricops.switch.lock import device_key, switch_lock
+from fabricops.switch.oses import normalize_os
 
-from . import transport
 from .change import ChangeFailed
-from .knobs import Facts
-from .lock import device_key, switch_lock
-from .model import (
-    SwitchError,
+from .resource import (
+    STATES,
+    apply_facts,
+    compute,
+    config_lines,
+    gather,
+    gathered,
+    get_roce_data,
+    parse_config,
+    structured,
+)
+from .switchspec import (
     normalize_confirm_timeout,
-    normalize_os,
     normalize_ports,
     ports_from_cabling,
     switch_spec,
     want_facts,
 )
-from .resource import STATES, apply_facts, compute, config_lines, gather, gathered, parse_config, structured
 
 __all__ = ["run"]
 
@@ -70,7 +79,7 @@ def run(
     A change (merged / replaced / overridden / deleted, not in check mode) holds the switch's
     controller-side lock from before the first connection to the end, so a second run on the same
     switch stops before it sends anything and names the first; a failed change raises
-    :class:`fabricops.switch.change.ChangeFailed`, whose ``outcome`` says what the switch holds.
+    :class:`fabricops.roce.change.ChangeFailed`, whose ``outcome`` says what the switch holds.
 
     ``device``: the (address, port) the connection reaches (or a function returning it, resolved
     only when a change takes the lock): the lock's key, so every inventory name of one switch shares
@@ -154,7 +163,7 @@ def _session(
     try:
         step = "read"
         try:
-            data = transport.get_roce_data(conn, os_name, port_list)
+            data = get_roce_data(conn, os_name, port_list)
             before, oper = gather(os_name, data, port_list)
         except FabricopsError as exc:
             raise SwitchError(f"{switch}: step 'read' failed: {exc}") from None
