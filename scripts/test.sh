@@ -147,6 +147,7 @@ phase "lint: ruff" ruff check src lab tests plugins bench
 phase "lint: yamllint" yamllint -s .
 phase "lint: ansible-lint" ansible-lint --offline -q
 phase "lint: docs (mkdocs --strict)" mkdocs build --strict -q
+phase "lint: changelog fragments (antsibull-changelog lint)" antsibull-changelog lint
 phase "ansible-test sanity" bash scripts/sanity.sh
 
 # The unit and conformance tests start once the parallel integration streams are done: the streams
