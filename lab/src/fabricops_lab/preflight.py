@@ -52,10 +52,10 @@ def problems() -> list[str]:
         if shutil.which(tool) is None:
             missing.append(what)
     if importlib.util.find_spec("asyncssh") is None:
-        # the emulated switches' SSH server: the package's `lab` extra, not a controller dependency
+        # the emulated switches' SSH server: a dependency of fabricops-lab, not of the controller
         missing.append(
-            "the Python package asyncssh (the package's `lab` extra: "
-            "pip install 'fabricops-<version>-py3-none-any.whl[lab]', or bash scripts/setup.sh in a checkout)"
+            "the Python package asyncssh (a dependency of fabricops-lab: pip install ./lab from a "
+            "checkout, or bash scripts/setup.sh)"
         )
     fs = _filesystems()
     if "overlay" not in fs and subprocess.run(["modprobe", "overlay"], capture_output=True).returncode != 0:
