@@ -142,6 +142,43 @@ def fabric_manager_choice(driver_version, available, installed=None):
         return {"ok": False, "version": None, "change": False, "msg": str(exc)}
 
 
+def fabric_services(profile):
+    """The host services of a hardware profile's platform (gpu_platforms.yml): ``{platform, services,
+    fabric_manager}``; ``{platform: None, services: [], fabric_manager: None}`` for a profile naming none."""
+    _need()
+    try:
+        row = _svc.profile_services(str(profile)) if profile else None
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    if row is None:
+        return {"platform": None, "services": [], "fabric_manager": None}
+    return {"platform": row.platform, "services": list(row.services), "fabric_manager": row.fabric_manager}
+
+
+def fabric_manager_refusal(profile, host):
+    """'' or the sentence refusing the host fabric manager on this profile (fabricops.services.fm_refusal)."""
+    _need()
+    return _svc.fm_refusal(str(host), str(profile or ""))
+
+
+def fabric_manager_companions(listing, profile, driver_version):
+    """Packages to install beside the fabric manager (fabricops.services.fm_companions)."""
+    _need()
+    try:
+        return _svc.fm_companions(str(profile or ""), str(driver_version), str(listing or ""))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def fabric_manager_companion_patterns(profile):
+    """dpkg-query patterns of those packages (fabricops.services.fm_companion_patterns)."""
+    _need()
+    try:
+        return _svc.fm_companion_patterns(str(profile or ""))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def lsmod_modules(text):
     _need()
     return _svc.lsmod_modules(text or "")
@@ -163,4 +200,8 @@ class FilterModule:
             "apt_packages_versions": apt_packages_versions,
             "fabric_manager_choice": fabric_manager_choice,
             "lsmod_modules": lsmod_modules,
+            "fabric_services": fabric_services,
+            "fabric_manager_refusal": fabric_manager_refusal,
+            "fabric_manager_companions": fabric_manager_companions,
+            "fabric_manager_companion_patterns": fabric_manager_companion_patterns,
         }

@@ -1,4 +1,5 @@
-"""Fabric services: InfiniBand subnet manager (OpenSM), NVSwitch fabric manager, GPUDirect RDMA.
+"""Fabric services: InfiniBand subnet manager (OpenSM), NVSwitch fabric manager, GPUDirect RDMA,
+and which GPU platform needs which host service (``model/data/gpu_platforms.yml``, the one table).
 
 Pure logic for the roles ``subnet_manager``, ``nvidia_fabric_manager`` and ``gpudirect``
 (docs/fabric-services.md); the Ansible filters in ``plugins/filter/fabric_services.py`` are thin
@@ -8,8 +9,10 @@ shims over these functions. No Ansible and no I/O here.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from fabricops.model import _data
 from fabricops.parsers.sminfo import SmInfo, normalise_guid
 
 # --- subnet manager -----------------------------------------------------------------------------
@@ -282,6 +285,129 @@ def fabric_errors(q_gpus: list[dict[str, Any]]) -> list[str]:
         if state and (state, status) != ("Completed", "Success"):
             out.append(f"GPU {g.get('pci_bus_id')}: Fabric State {state}, Status {status}")
     return out
+
+
+# --- fabric services per GPU platform (data: model/data/gpu_platforms.yml) ------------------------
+
+#: The host services a platform can need, in install order.
+SERVICES = ("fabric_manager", "nvlink_subnet_manager", "imex")
+
+
+@dataclass(frozen=True)
+class PlatformServices:
+    """What one GPU platform runs on its hosts for its NVLink fabric."""
+
+    platform: str
+    label: str  #: "GB200 NVL72"
+    services: tuple[str, ...]  #: subset of SERVICES, in install order; () for no NVSwitch
+    instead: str | None  #: what replaces the host fabric manager where the table says so
+    source: str
+
+    @property
+    def fabric_manager(self) -> bool:
+        return "fabric_manager" in self.services
+
+
+def platform_table() -> dict[str, PlatformServices]:
+    """Every platform of ``gpu_platforms.yml``; raises ValueError where a row names an unknown service."""
+    data = _data.load("gpu_platforms.yml")
+    unknown = sorted(set(data["services"]) ^ set(SERVICES))
+    if unknown:
+        raise ValueError(f"gpu_platforms.yml: services {', '.join(unknown)} differ from "
+                         f"{', '.join(SERVICES)}")
+    out = {}
+    for name, row in data["platforms"].items():
+        services = tuple(row.get("services") or ())
+        bad = [s for s in services if s not in SERVICES]
+        if bad or len(set(services)) != len(services):
+            raise ValueError(f"gpu_platforms.yml: platform {name} names services {services!r}")
+        out[name] = PlatformServices(name, row["label"], tuple(s for s in SERVICES if s in services),
+                                     row.get("instead"), row["source"])
+    return out
+
+
+def platform_services(platform: str) -> PlatformServices:
+    """The row of one platform (``"hgx-b200"``); ValueError names the known ones."""
+    table = platform_table()
+    if platform not in table:
+        raise ValueError(f"GPU platform {platform!r} is not one of {', '.join(sorted(table))}")
+    return table[platform]
+
+
+def profile_services(profile: str) -> PlatformServices | None:
+    """The services of a hardware profile (a shipped name or a profile file); None when the profile
+    names no platform (a profile file may leave it out: then nothing is decided from the table).
+    Raises ValueError for a profile that does not load."""
+    from fabricops.model.profiles import ProfileError, load_profile
+
+    try:
+        prof = load_profile(profile)
+    except ProfileError as exc:
+        raise ValueError(str(exc)) from None
+    return platform_services(prof.platform) if prof.platform else None
+
+
+def service_packages(service: str, driver_version: str) -> list[dict[str, str | None]]:
+    """The packages of one service for a driver: ``[{name, version}]``, ``version`` the driver's
+    upstream version where the table pins it to the driver, None where the package has its own."""
+    data = _data.load("gpu_platforms.yml")["services"]
+    if service not in data:
+        raise ValueError(f"service {service!r} is not one of {', '.join(SERVICES)}")
+    branch = driver_branch(driver_version)
+    return [{"name": pkg["name"].format(branch=branch),
+             "version": str(driver_version).strip() if pkg["version"] == "driver" else None}
+            for pkg in data[service]["packages"]]
+
+
+def fm_refusal(host: str, profile: str) -> str:
+    """'' when the host fabric manager may run on ``profile`` (empty: no profile named, or one whose
+    platform needs it or has no NVSwitch fabric at all), else the one sentence that refuses it."""
+    if not profile:
+        return ""
+    try:
+        row = profile_services(profile)
+    except ValueError as exc:
+        return f"{host}: {exc}"
+    if row is None or row.fabric_manager or row.instead is None:
+        return ""
+    return (f"{host}: hardware profile {profile} is a {row.label} platform, which runs no host fabric "
+            f"manager (starting one fails provisioning), so use {row.instead} instead and leave "
+            "nvidia_fabric_manager off (fabricops_site_fabric_manager: false).")
+
+
+def fm_companions(profile: str, driver_version: str, listing: str) -> list[dict[str, Any]]:
+    """The packages the platform of ``profile`` needs beside the fabric manager (the NVLink subnet
+    manager on B200/B300) that ``listing`` (``dpkg-query -W -f='${Package}|${Version}|${Status}\n'``
+    output) does not show installed at the wanted version: ``[{name, version, spec}]``, ``spec`` the
+    apt argument (``libnvsdm-570=570.124.06-*`` pins the driver's version; ``nvlsm`` any version)."""
+    row = profile_services(profile) if profile else None
+    if row is None:
+        return []
+    out = []
+    for service in row.services:
+        if service == "fabric_manager":
+            continue  # the role's own choice (fm_choice): exactly the driver's version
+        if service == "imex":
+            raise ValueError(f"profile {profile}: IMEX is not the fabric manager's companion")
+        for pkg in service_packages(service, driver_version):
+            have = fm_installed(listing, pkg["name"])
+            installed = have["version"]["rc"] == 0 and "ok installed" in have["selection"]["stdout"]
+            version = have["version"]["stdout"]
+            if installed and (pkg["version"] is None or upstream(version) == pkg["version"]):
+                continue
+            spec = pkg["name"] if pkg["version"] is None else f"{pkg['name']}={pkg['version']}-*"
+            out.append({"name": pkg["name"], "version": pkg["version"], "spec": spec})
+    return out
+
+
+def fm_companion_patterns(profile: str) -> list[str]:
+    """dpkg-query patterns for the companion packages of ``profile`` (``{branch}`` -> ``*``)."""
+    row = profile_services(profile) if profile else None
+    if row is None:
+        return []
+    data = _data.load("gpu_platforms.yml")["services"]
+    return [pkg["name"].replace("{branch}", "*") for service in row.services
+            if service not in ("fabric_manager", "imex") for pkg in data[service]["packages"]]
 
 
 # --- GPUDirect RDMA -----------------------------------------------------------------------------

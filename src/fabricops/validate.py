@@ -450,6 +450,9 @@ ROLE_VARS: dict[str, Validator] = {
 NOT_RENDERED: dict[str, str] = {
     "nccl_profile_cabling": "read to choose among the host's own HCA ports (fabric facts); only port names "
     "from the facts reach nccl.conf",
+    "nvidia_fabric_manager_hardware_profile": "read on the controller only, to pick the platform's row of "
+    "the fabric services table (a shipped profile name or a profile file that must load and name a known "
+    "platform); only package names from that table reach apt",
     "mlnx_ofed_mok_password": "goes only to mokutil --generate-hash on stdin (never a command line, "
     "a file or a log; the hash it prints goes to a 0600 temporary file removed after mokutil --import)",
 }

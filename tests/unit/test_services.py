@@ -260,3 +260,82 @@ def test_fm_installed_reads_one_package_as_dpkg_query_of_it():
     assert svc.fm_installed("", "nvidia-fabricmanager-550") == absent
     assert svc.fm_installed(FM_LISTING, "nvidia-fabricmanager-5500") == {
         "version": {"rc": 0, "stdout": ""}, "selection": {"rc": 0, "stdout": "unknown ok not-installed"}}
+
+
+# --- fabric services per GPU platform (issue 38: the one table) -----------------------------------
+
+from fabricops.model.profiles import list_profiles, load_profile  # noqa: E402
+
+EXPECTED_SERVICES = {
+    "edr-100": (),
+    "hgx-a100-hdr": ("fabric_manager",),
+    "hgx-h100-ndr": ("fabric_manager",),
+    "hgx-h200-ndr": ("fabric_manager",),
+    "roce-400g": ("fabric_manager",),
+    "hgx-b200-ndr": ("fabric_manager", "nvlink_subnet_manager"),
+    "hgx-b300-xdr": ("fabric_manager", "nvlink_subnet_manager"),
+    "gb200-nvl72": ("imex",),
+    "gb300-nvl72": ("imex",),
+}
+
+
+def test_every_profile_resolves_to_exactly_one_services_set():
+    assert set(list_profiles()) == set(EXPECTED_SERVICES)
+    for name in list_profiles():
+        row = svc.profile_services(name)
+        assert row is not None and row.platform == load_profile(name).platform, name
+        assert row.services == EXPECTED_SERVICES[name], name
+        assert row.source, name
+    # never the host fabric manager and IMEX together; a platform without FM but with an NVLink fabric
+    # names what to use instead
+    for row in svc.platform_table().values():
+        assert not (row.fabric_manager and "imex" in row.services), row.platform
+        assert (row.instead is not None) == ("imex" in row.services), row.platform
+
+
+def test_table_refuses_unknown_platforms_and_services():
+    with pytest.raises(ValueError, match=r"GPU platform 'hgx-z100' is not one of .*gb200-nvl72"):
+        svc.platform_services("hgx-z100")
+    with pytest.raises(ValueError, match="service 'opensm' is not one of fabric_manager"):
+        svc.service_packages("opensm", "570.124.06")
+
+
+def test_fm_refusal_names_host_profile_and_imex():
+    assert svc.fm_refusal("gpu-07", "gb200-nvl72") == (
+        "gpu-07: hardware profile gb200-nvl72 is a GB200 NVL72 platform, which runs no host fabric "
+        "manager (starting one fails provisioning), so use IMEX (nvidia-imex) for multi-node NVLink "
+        "instead and leave nvidia_fabric_manager off (fabricops_site_fabric_manager: false)."
+    )
+    assert "GB300 NVL72" in svc.fm_refusal("t", "gb300-nvl72")
+    for allowed in ("", "hgx-h100-ndr", "hgx-b200-ndr", "hgx-b300-xdr", "hgx-a100-hdr", "edr-100"):
+        assert svc.fm_refusal("h", allowed) == "", allowed
+    assert svc.fm_refusal("h", "hgx-z100").startswith("h: unknown hardware profile 'hgx-z100'")
+
+
+def test_b200_package_set():
+    driver = "570.124.06"
+    assert svc.service_packages("fabric_manager", driver) == [
+        {"name": "nvidia-fabricmanager-570", "version": driver}]
+    assert svc.service_packages("nvlink_subnet_manager", driver) == [
+        {"name": "nvlsm", "version": None}, {"name": "libnvsdm-570", "version": driver}]
+    assert svc.service_packages("imex", driver) == [{"name": "nvidia-imex-570", "version": driver}]
+    # the FM's own package name is the same as fm_package picks
+    assert svc.service_packages("fabric_manager", driver)[0]["name"] == svc.fm_package(driver)
+    assert svc.fm_companion_patterns("hgx-b200-ndr") == ["nvlsm", "libnvsdm-*"]
+    assert svc.fm_companion_patterns("hgx-h100-ndr") == [] and svc.fm_companion_patterns("") == []
+    assert [c["spec"] for c in svc.fm_companions("hgx-b200-ndr", driver, "")] == [
+        "nvlsm", "libnvsdm-570=570.124.06-*"]
+    assert svc.fm_companions("hgx-h100-ndr", driver, "") == []
+
+
+def test_companions_only_what_is_not_installed_as_wanted():
+    driver = "570.124.06"
+    done = ("nvidia-fabricmanager-570|570.124.06-1|hold ok installed\n"
+            "nvlsm|2025.06.5-1|install ok installed\n"
+            "libnvsdm-570|570.124.06-1|install ok installed\n")
+    assert svc.fm_companions("hgx-b300-xdr", driver, done) == []  # idempotent: a second run installs nothing
+    old = done.replace("libnvsdm-570|570.124.06-1", "libnvsdm-570|570.86.15-1")
+    assert svc.fm_companions("hgx-b200-ndr", driver, old) == [
+        {"name": "libnvsdm-570", "version": driver, "spec": "libnvsdm-570=570.124.06-*"}]
+    removed = done.replace("nvlsm|2025.06.5-1|install ok installed", "nvlsm||deinstall ok config-files")
+    assert [c["name"] for c in svc.fm_companions("hgx-b200-ndr", driver, removed)] == ["nvlsm"]

@@ -1,7 +1,9 @@
 """Hardware profiles and pass thresholds (data: ``data/profiles/*.yml``, ``data/thresholds.yml``).
 
 A profile names the GPUs (model, count, NVLink generation, topology) and the HCAs (count, link
-layer, speed, width) of one kind of server, plus the published floors that apply to it. Thresholds
+layer, speed, width) of one kind of server (or compute tray), its platform (the row of
+``data/gpu_platforms.yml`` that says which fabric services it needs), optionally its CPUs and its
+multi-node NVLink domain, plus the published floors that apply to it. Thresholds
 every profile shares live once in ``data/thresholds.yml``; a profile adds or overrides values.
 
 >>> p = load_profile("hgx-h100-ndr")
@@ -28,10 +30,13 @@ from fabricops.model.rates import ETHERNET, IB, IB_VARIANTS, WIDTHS, port_rate
 __all__ = [
     "BW_TESTS",
     "LATENCY_TESTS",
+    "NCCL_SCALE_GROUPS",
     "TESTS",
     "BwFloor",
+    "CPUSpec",
     "GPUSpec",
     "HCASpec",
+    "NVLinkDomain",
     "Profile",
     "ProfileError",
     "Threshold",
@@ -43,7 +48,14 @@ __all__ = [
 BW_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
 LATENCY_TESTS = ("ib_write_lat", "ib_send_lat", "ib_read_lat")
 COUNTER_TESTS = ("symbol_error", "link_downed", "link_flaps_24h")
-NCCL_TESTS = ("nccl_all_reduce_single_node", "nccl_busbw_per_nic")
+NCCL_TESTS = ("nccl_all_reduce_single_node", "nccl_all_reduce_intra_domain", "nccl_busbw_per_nic")
+#: NCCL scale groups (NVIDIA Cluster Readiness Engine design 054: intra-node, intra-rack over
+#: multi-node NVLink, then across the network) -> the test whose floor applies to the group.
+NCCL_SCALE_GROUPS = {
+    "intra_node": "nccl_all_reduce_single_node",
+    "intra_domain": "nccl_all_reduce_intra_domain",
+    "across_domains": "nccl_busbw_per_nic",
+}
 #: Every test name :func:`threshold_for` knows.
 TESTS = BW_TESTS + LATENCY_TESTS + NCCL_TESTS + COUNTER_TESTS
 
@@ -65,6 +77,22 @@ class GPUSpec:
     @property
     def nvlink_gen(self) -> NVLinkGen:
         return NVLINK[self.nvlink]
+
+
+@dataclass(frozen=True)
+class CPUSpec:
+    model: str  #: e.g. "NVIDIA Grace"
+    count: int  #: CPUs per server / compute tray
+
+
+@dataclass(frozen=True)
+class NVLinkDomain:
+    """A multi-node NVLink domain (GB200/GB300 NVL72): up to ``max_nodes`` servers (compute trays)
+    share one NVLink fabric; smaller domains are allowed."""
+
+    max_nodes: int
+    max_gpus: int  #: max_nodes x gpu.count
+    source: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +125,9 @@ class Profile:
     floors: tuple[BwFloor, ...]
     thresholds: dict[str, Any] = field(repr=False)  #: defaults merged with the profile's own values
     path: str | None = None  #: file it was loaded from, None for a shipped profile
+    platform: str | None = None  #: key of ``data/gpu_platforms.yml`` (None: a profile file that names none)
+    cpu: CPUSpec | None = None
+    nvlink_domain: NVLinkDomain | None = None  #: None: the NVLink fabric ends at the server
 
 
 @dataclass(frozen=True)
@@ -207,6 +238,14 @@ def _build(raw: Any, where: str, path: str | None) -> Profile:
         raise _fail(where, f"file name and name: {name!r} differ")
     description = _require(raw, "description", where, str, "")
     source = _require(raw, "source", where, str, "")
+    platform = None
+    if "platform" in raw:
+        platform = _require(raw, "platform", where, str, "")
+        known_platforms = sorted(_data.load("gpu_platforms.yml")["platforms"])
+        if platform not in known_platforms:
+            raise _fail(where, f"platform {platform!r} is not one of {', '.join(known_platforms)}")
+    elif path is None:
+        raise _fail(where, "missing platform (a shipped profile names its row of gpu_platforms.yml)")
 
     g = _require(raw, "gpu", where, dict, "")
     nvlink = _require(g, "nvlink", where, int, "gpu.")
@@ -221,6 +260,23 @@ def _build(raw: Any, where: str, path: str | None) -> Profile:
         nvlink=nvlink,
         topology=topology,
     )
+
+    cpu = None
+    if "cpu" in raw:
+        c = _require(raw, "cpu", where, dict, "")
+        cpu = CPUSpec(_require(c, "model", where, str, "cpu."), _positive_int(c, "count", where, "cpu."))
+
+    domain = None
+    if "nvlink_domain" in raw:
+        d = _require(raw, "nvlink_domain", where, dict, "")
+        max_nodes = _positive_int(d, "max_nodes", where, "nvlink_domain.")
+        if "max_gpus" in d and _positive_int(d, "max_gpus", where, "nvlink_domain.") != max_nodes * gpu.count:
+            raise _fail(where, f"nvlink_domain.max_gpus {d['max_gpus']} is not max_nodes {max_nodes} "
+                               f"x gpu.count {gpu.count} = {max_nodes * gpu.count}")
+        dsource = _require(d, "source", where, str, "nvlink_domain.")
+        if not dsource.strip():
+            raise _fail(where, "nvlink_domain has no source")
+        domain = NVLinkDomain(max_nodes, max_nodes * gpu.count, dsource)
 
     h = _require(raw, "hca", where, dict, "")
     layer = _require(h, "link_layer", where, str, "hca.")
@@ -270,7 +326,9 @@ def _build(raw: Any, where: str, path: str | None) -> Profile:
                 source=_require(f, "source", where, str, ctx),
             )
         )
-    return Profile(name, description, source, gpu, hca, tuple(floors), thresholds, path)
+    return Profile(
+        name, description, source, gpu, hca, tuple(floors), thresholds, path, platform, cpu, domain
+    )
 
 
 def _leaf(p: Profile, *keys: Any) -> dict:
@@ -300,6 +358,8 @@ def threshold_for(
       test, memory (host / ``gpudirect``) and port rate; x2 when ``bidirectional``.
     - latency (``ib_write_lat``, ``ib_send_lat``, ``ib_read_lat``): at most the cap in us.
     - ``nccl_all_reduce_single_node``: all_reduce busbw floor in GB/s for the profile's GPUs.
+    - ``nccl_all_reduce_intra_domain``: all_reduce busbw floor in GB/s across one multi-node NVLink
+      domain (``NCCL_MNNVL_ENABLE=1``); only profiles with an ``nvlink_domain`` and a published floor.
     - ``nccl_busbw_per_nic``: busbw floor per NIC across nodes (GB/s) for NICs of ``port_rate``.
     - ``symbol_error``, ``link_downed``: counter increase at most ``max``;
       ``link_flaps_24h``: fewer than ``fail_at``.
@@ -353,6 +413,22 @@ def threshold_for(
             )
         floor = nccl["all_reduce_busbw_single_node_gbs"]
         basis = f"all_reduce busbw, {p.gpu.count}x {p.gpu.model} in one node"
+        return Threshold(key, floor["value"], "GB/s", ">=", floor["source"], basis)
+
+    if key == "nccl_all_reduce_intra_domain":
+        nccl = p.thresholds.get("nccl", {})
+        if p.nvlink_domain is None:
+            raise ProfileError(
+                f"profile {p.name} has no multi-node NVLink domain: its NVLink fabric ends at the server"
+            )
+        if "all_reduce_busbw_intra_domain_gbs" not in nccl:
+            raise ProfileError(
+                f"profile {p.name} has no published NCCL all_reduce floor across its NVLink domain; add "
+                "thresholds.nccl.all_reduce_busbw_intra_domain_gbs with its source"
+            )
+        floor = nccl["all_reduce_busbw_intra_domain_gbs"]
+        most = f"{p.nvlink_domain.max_gpus}x {p.gpu.model}"
+        basis = f"all_reduce busbw across one NVLink domain (up to {most}, MNNVL)"
         return Threshold(key, floor["value"], "GB/s", ">=", floor["source"], basis)
 
     if key == "nccl_busbw_per_nic":
