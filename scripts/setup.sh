@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   gnupg                               # the lab signs its package mirrors (signed-by, never trusted=yes)
   shellcheck                          # ansible-test sanity's shellcheck test (scripts/sanity.sh)
   kmod                                # modprobe overlay / veth / bridge for the lab (preflight)
+  netplan.io                          # netplan generate validates the IPoIB backend's files (unit tests)
   git
 )
 

@@ -191,6 +191,24 @@ def ipoib_conflicts(hostvars, hosts, host, own_interfaces, plan=None):
     return _ipoib.address_conflicts(plans, host=str(host))
 
 
+def ipoib_backend(read, host, interfaces=None):
+    """The ipoib role's backend from its preflight ``host_read`` result: ``{"name": networkmanager |
+    netplan | ifupdown | none, "refusal": "" or one sentence}`` (fabricops.ipoib.choose_backend)."""
+    _need_package()
+    read = _plain(read) or {}
+    ifaces = _plain(interfaces) or []
+    return {"name": _ipoib.choose_backend(read), "refusal": _ipoib.backend_refusal(str(host), read, ifaces)}
+
+
+def ipoib_netplan(interfaces):
+    """The netplan backend's file: the planned interfaces as one netplan YAML document."""
+    _need_package()
+    try:
+        return _ipoib.netplan_yaml(_plain(interfaces) or [])
+    except _ipoib.IpoibPlanError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def ipoib_pending(interfaces, netdevs, ansible_facts=None, ip_addr=None):
     """Interfaces to re-activate. ``ip_addr``: the live addresses, ``ip -j addr show`` as a
     command result of host_read ({rc, stdout, stderr}) or its stdout; without it, ``ansible_facts``
@@ -273,6 +291,8 @@ class FilterModule:
             "ipoib_plan_errors": ipoib_plan_errors,
             "ipoib_conflicts": ipoib_conflicts,
             "ipoib_pending": ipoib_pending,
+            "ipoib_backend": ipoib_backend,
+            "ipoib_netplan": ipoib_netplan,
             "unsafe_role_vars": unsafe_role_vars,
             "platform_refusal": platform_refusal,
         }

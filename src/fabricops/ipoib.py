@@ -2,7 +2,9 @@
 
 Pure functions, no Ansible: the ``ipoib`` role calls them through the filter plugin
 (plugins/filter/fabricops.py) in its preflight, and templates render the resulting interface
-dicts as NetworkManager keyfiles or ifupdown stanzas. See docs/ipoib.md for the schemas.
+dicts as NetworkManager keyfiles or ifupdown stanzas; :func:`netplan_yaml` renders them as the one
+netplan file of the netplan backend. :func:`choose_backend` picks the backend from the host's reads.
+See docs/ipoib.md for the schemas.
 
 Rules (REFERENCE.md and the kernel's IPoIB documentation):
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import yaml
 
 from fabricops import validate
 from fabricops.errors import FabricopsError
@@ -362,3 +366,137 @@ def _facts_ipv4(cidr: str | None) -> dict[str, str]:
         return {}
     address, _, prefix = cidr.partition("/")
     return {"address": address, "prefix": prefix}
+
+
+# -- the configuration backend (networkmanager | netplan | ifupdown) and the netplan file ---------
+
+BACKENDS = ("networkmanager", "netplan", "ifupdown")
+
+#: the first lines of the netplan file (netplan ignores comments; no timestamp, so a rerun is equal)
+NETPLAN_HEADER = (
+    "# Managed by fabricops.fabric.ipoib (Ansible): the IPoIB interfaces of this host's plan.\n"
+    "# Edits here are overwritten on the next run; change the plan (ipoib_plan) instead.\n"
+)
+
+#: the one sentence that refuses P_Key children on the netplan backend (netplan 0.106 - 1.x has no
+#: P_Key child device type: docs/ipoib.md)
+NETPLAN_NO_PKEY = (
+    "netplan has no P_Key child interface type, so the netplan backend cannot create {names}; "
+    "create P_Key children with NetworkManager (the role's networkmanager backend) or as a "
+    "systemd-networkd .netdev (Kind=ipoib, PartitionKey=) with IPoIB= in the parent's .network"
+)
+
+
+def _stdout_lines(result: Any) -> list[str]:
+    if not isinstance(result, Mapping):
+        return []
+    lines = result.get("stdout_lines")
+    if lines is None:
+        lines = str(result.get("stdout") or "").splitlines()
+    return [str(line).strip() for line in lines]
+
+
+def _stat(read: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    entry = ((read.get("stats") or {}).get(name)) or {}
+    return entry.get("stat") or {}
+
+
+def netplan_renderer(read: Mapping[str, Any]) -> str | None:
+    """The renderer netplan uses on the host, from ``netplan get`` (the merged configuration as YAML):
+    its ``network.renderer``, ``networkd`` when none is set (netplan's default; an empty /etc/netplan
+    prints nothing). None when netplan is not installed with /etc/netplan, or ``netplan get`` failed
+    or printed something that is not that YAML. (``netplan get renderer`` itself fails on netplan
+    0.106 when no renderer is set, so the whole tree is read.)"""
+    if not _stat(read, "netplan").get("exists") or not _stat(read, "netplan_dir").get("isdir"):
+        return None
+    result = (read.get("commands") or {}).get("netplan_get") or {}
+    if result.get("rc") != 0:
+        return None
+    try:
+        doc = yaml.safe_load(str(result.get("stdout") or "")) or {}
+    except yaml.YAMLError:
+        return None
+    network = doc.get("network", {}) if isinstance(doc, Mapping) else None
+    if not isinstance(network, Mapping):
+        return None
+    return str(network.get("renderer") or "networkd")
+
+
+def choose_backend(read: Mapping[str, Any]) -> str:
+    """The backend from the ipoib role's preflight read (a ``host_read`` result with the commands
+    ``nm`` and ``netplan_get`` and the stats ``ifup``, ``netplan``, ``netplan_dir``).
+
+    NetworkManager running wins (an Ubuntu desktop whose netplan renders to NetworkManager gets
+    keyfiles, which NetworkManager reads beside netplan's); then netplan installed with /etc/netplan
+    and the networkd renderer (Ubuntu Server); then ifupdown (/sbin/ifup). ``none`` otherwise.
+    """
+    if "SubState=running" in _stdout_lines((read.get("commands") or {}).get("nm")):
+        return "networkmanager"
+    if netplan_renderer(read) == "networkd":
+        return "netplan"
+    if _stat(read, "ifup").get("exists"):
+        return "ifupdown"
+    return "none"
+
+
+def backend_refusal(host: str, read: Mapping[str, Any], interfaces: Iterable[Mapping[str, Any]]) -> str:
+    """'' when the chosen backend can write ``interfaces``; else one sentence naming what was found."""
+    backend = choose_backend(read)
+    if backend == "none":
+        renderer = (read.get("commands") or {}).get("netplan_get") or {}
+        if _stat(read, "netplan").get("exists") and not _stat(read, "netplan_dir").get("isdir"):
+            netplan = "netplan is installed but /etc/netplan is missing"
+        elif _stat(read, "netplan").get("exists") and renderer.get("rc") != 0:
+            detail = (str(renderer.get("stderr") or renderer.get("stdout") or "").strip().splitlines()
+                      or ["no output"])[-1][:200]
+            netplan = f"`netplan get` failed ({detail})"
+        elif _stat(read, "netplan").get("exists") and netplan_renderer(read) is None:
+            netplan = "`netplan get` printed no netplan configuration"
+        elif _stat(read, "netplan").get("exists"):
+            netplan = f"netplan renders to {netplan_renderer(read)}, which is not running"
+        else:
+            netplan = "no netplan (/usr/sbin/netplan)"
+        return (
+            f"{host}: no network backend for IPoIB: NetworkManager is not running, {netplan}, and "
+            "ifupdown (/sbin/ifup) is not installed; the ipoib role writes NetworkManager keyfiles, "
+            "a netplan file (networkd renderer) or ifupdown stanzas"
+        )
+    if backend == "netplan":
+        children = [str(i["name"]) for i in interfaces if i.get("parent")]
+        if children:
+            return f"{host}: " + NETPLAN_NO_PKEY.format(names=", ".join(children))
+    return ""
+
+
+def netplan_document(interfaces: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The netplan document (``network: {version: 2, ethernets: ...}``) for the planned interfaces.
+
+    Each interface is an ``ethernets`` entry matched by its netdev name (the plan's names are the
+    kernel's netdevs, resolved from fabric facts), rendered by networkd (per device, so the file
+    never changes the renderer of the host's other interfaces), with its MTU, ``infiniband-mode``
+    (netplan >= 0.105; networkd's ``[IPoIB] Mode=``) and address. ``optional: true``: an IPoIB link
+    that is down (no subnet manager yet) does not hold up boot in systemd-networkd-wait-online.
+    P_Key children raise :class:`IpoibPlanError` (netplan has no such device type).
+    """
+    ifaces = list(interfaces)
+    children = [str(i["name"]) for i in ifaces if i.get("parent")]
+    if children:
+        raise IpoibPlanError(NETPLAN_NO_PKEY.format(names=", ".join(children)))
+    ethernets: dict[str, Any] = {}
+    for iface in sorted(ifaces, key=lambda i: i["name"]):
+        entry: dict[str, Any] = {"renderer": "networkd"}
+        if iface.get("address"):
+            entry["addresses"] = [str(ipaddress.ip_interface(iface["address"]))]
+        entry["dhcp4"] = False
+        entry["dhcp6"] = False
+        entry["mtu"] = int(iface["mtu"])
+        entry["infiniband-mode"] = str(iface["mode"])
+        entry["optional"] = True
+        ethernets[str(iface["name"])] = entry
+    return {"network": {"version": 2, "ethernets": ethernets}}
+
+
+def netplan_yaml(interfaces: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`netplan_document` as the file's text: the header, then block-style YAML."""
+    body = yaml.safe_dump(netplan_document(interfaces), default_flow_style=False, sort_keys=False)
+    return NETPLAN_HEADER + body
