@@ -1,6 +1,6 @@
 # Copyright: fabricops contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters of the subnet_manager, nvidia_fabric_manager and gpudirect roles: thin shims over
+"""Filters of the subnet_manager, nvidia_fabric_manager, nvidia_imex and gpudirect roles: thin shims over
 fabricops.services (unit-tested without Ansible). Collection roles do not load role-embedded
 plugins, so they live here.
 """
@@ -21,6 +21,7 @@ else:
 _svc = LazyModule("fabricops.services")
 _nvsmi = LazyModule("fabricops.parsers.nvidia_smi")
 _sminfo = LazyModule("fabricops.parsers.sminfo")
+_imex = LazyModule("fabricops.imex")
 
 
 def _need():
@@ -184,6 +185,86 @@ def lsmod_modules(text):
     return _svc.lsmod_modules(text or "")
 
 
+# --- nvidia_imex (fabricops.imex) ---------------------------------------------------------------
+
+def imex_refusal(profile, host):
+    """'' or the sentence refusing IMEX on this profile (fabricops.imex.refusal)."""
+    _need()
+    return _imex.refusal(str(host), str(profile or ""))
+
+
+def imex_domain(names, hostvars, host, profile, domain=None, address=None):
+    """The NVLink domain of ``host`` among the inventory hosts ``names`` (``groups['all']``), read from
+    their ``fabricops_nvlink_domain`` and address (fabricops.imex.domain): ``{domain, nodes, hosts,
+    errors}``. A profile that does not load is an error, not an exception (the first task
+    names it)."""
+    _need()
+    members = {}
+    for name in names or []:
+        hv = hostvars[name]
+        members[str(name)] = {"domain": hv.get("fabricops_nvlink_domain"),
+                              "address": _imex.member_address(hv, str(name))}
+    if domain is not None:  # the host's own values as the role sees them (any precedence)
+        own = address or members.get(str(host), {}).get("address")
+        members[str(host)] = {"domain": domain, "address": own}
+    try:
+        max_nodes = _imex.profile_max_nodes(str(profile)) if profile else None
+    except ValueError as exc:
+        return {"domain": None, "nodes": [], "hosts": {}, "errors": [f"{host}: {exc}"]}
+    return _imex.domain(str(host), members, max_nodes, str(profile or ""))
+
+
+def imex_config(settings):
+    """``{text, error}``: the owned config.cfg settings rendered (fabricops.imex.render_config), or why."""
+    _need()
+    s = dict(settings or {})
+    try:
+        values = _imex.config_values(
+            node_config_file=str(s.get("node_config_file") or ""),
+            server_port=int(s.get("server_port")),
+            cmd_enabled=bool(s.get("cmd_enabled")),
+            cmd_port=int(s.get("cmd_port")),
+            wait_for_quorum=str(s.get("wait_for_quorum") or ""),
+            bind_interface_ip=str(s.get("bind_interface_ip") or ""),
+        )
+    except (TypeError, ValueError) as exc:
+        return {"text": "", "error": str(exc)}
+    return {"text": _imex.render_config(values), "error": ""}
+
+
+def imex_nodes(nodes):
+    """nodes_config.cfg text: one IP address a line (fabricops.imex.render_nodes)."""
+    _need()
+    try:
+        return _imex.render_nodes(list(nodes or []))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def imex_channel_plan(proc_devices, stat, minor=0):
+    """What to do for the IMEX channel device (fabricops.imex.channel_plan)."""
+    _need()
+    return _imex.channel_plan(str(proc_devices or ""), dict(stat or {}), int(minor))
+
+
+def imex_package(driver_version):
+    """nvidia-imex-<branch> for a driver version (the fabric services table)."""
+    _need()
+    try:
+        return _imex.package_name(str(driver_version))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def imex_choice(driver_version, available, installed=None):
+    """The IMEX package version: exactly the driver's (fabricops.imex.package_choice)."""
+    _need()
+    try:
+        return _imex.package_choice(str(driver_version), list(available or []), installed or None)
+    except ValueError as exc:
+        return {"ok": False, "version": None, "change": False, "msg": str(exc)}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -204,4 +285,11 @@ class FilterModule:
             "fabric_manager_refusal": fabric_manager_refusal,
             "fabric_manager_companions": fabric_manager_companions,
             "fabric_manager_companion_patterns": fabric_manager_companion_patterns,
+            "imex_refusal": imex_refusal,
+            "imex_domain": imex_domain,
+            "imex_config": imex_config,
+            "imex_nodes": imex_nodes,
+            "imex_channel_plan": imex_channel_plan,
+            "imex_package": imex_package,
+            "imex_choice": imex_choice,
         }

@@ -25,6 +25,7 @@ HOST_ROLES = (
     "nccl_profile",
     "nic_firmware",
     "nvidia_fabric_manager",
+    "nvidia_imex",
     "roce_host",
     "subnet_manager",
 )

@@ -244,7 +244,8 @@ def upstream(deb_version: str) -> str:
     return v.rsplit("-", 1)[0] if "-" in v else v
 
 
-def fm_choice(driver_version: str, available: list[str], installed: str | None = None) -> dict[str, Any]:
+def fm_choice(driver_version: str, available: list[str], installed: str | None = None,
+              label: str = "nvidia-fabricmanager", noun: str = "fabric manager") -> dict[str, Any]:
     """Which fabric manager package version to install for a driver: exactly the driver's.
 
     ``available``: Debian versions the repository offers (``apt-cache madison``);
@@ -255,20 +256,20 @@ def fm_choice(driver_version: str, available: list[str], installed: str | None =
     driver_branch(want)
     if installed and upstream(installed) == want:
         return {"ok": True, "version": installed, "change": False,
-                "msg": f"nvidia-fabricmanager {upstream(installed)} matches driver {want}"}
+                "msg": f"{label} {upstream(installed)} matches driver {want}"}
     match = sorted((v for v in available if upstream(v) == want), reverse=True)
     if installed and not match:
         return {"ok": False, "version": None, "change": False,
-                "msg": (f"nvidia-fabricmanager {upstream(installed)} is installed but the driver is {want}, "
-                        f"and the repository has no fabric manager {want} "
+                "msg": (f"{label} {upstream(installed)} is installed but the driver is {want}, "
+                        f"and the repository has no {noun} {want} "
                         f"(it offers {', '.join(sorted({upstream(v) for v in available})) or 'none'})")}
     if not match:
         offers = ", ".join(sorted({upstream(v) for v in available})) or "no version"
         return {"ok": False, "version": None, "change": False,
-                "msg": (f"driver {want} needs nvidia-fabricmanager {want} exactly, but the repository "
-                        f"offers {offers}: fabric manager {offers} does not match driver {want}")}
+                "msg": (f"driver {want} needs {label} {want} exactly, but the repository "
+                        f"offers {offers}: {noun} {offers} does not match driver {want}")}
     return {"ok": True, "version": match[0], "change": True,
-            "msg": (f"install nvidia-fabricmanager {upstream(match[0])} for driver {want}"
+            "msg": (f"install {label} {upstream(match[0])} for driver {want}"
                     + (f" (replacing {upstream(installed)})" if installed else ""))}
 
 

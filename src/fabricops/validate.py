@@ -350,6 +350,7 @@ ROLE_VARS: dict[str, Validator] = {
     "ipoib_mode": choice("datagram", "connected"),
     "ipoib_nm_connection_dir": path,
     "ipoib_ifupdown_dir": path,
+    "ipoib_netplan_file": path,
     # mlnx_ofed
     "mlnx_ofed_version": ofed_version,
     "mlnx_ofed_install_method": choice("tarball", "iso", "repo", "doca"),
@@ -426,6 +427,16 @@ ROLE_VARS: dict[str, Validator] = {
     "nvidia_fabric_manager_repo_keyring": path,
     "nvidia_fabric_manager_package_pattern": package_pattern,
     "nvidia_fabric_manager_service": unit,
+    # nvidia_imex (addresses, ports and the node list are checked by fabricops.imex in the same first task)
+    "nvidia_imex_address": pattern(re.compile(r"[0-9A-Fa-f.:]{2,45}"), "an IP address"),
+    "nvidia_imex_managed_by": choice("host", "dra"),
+    "nvidia_imex_service": unit,
+    "nvidia_imex_config_path": path,
+    "nvidia_imex_nodes_config_path": path,
+    "nvidia_imex_bind_interface_ip": pattern(re.compile(r"[0-9A-Fa-f.:]{2,45}"), "an IP address", empty=True),
+    "nvidia_imex_wait_for_quorum": choice("NONE", "RECOVERY"),
+    "nvidia_imex_modprobe_path": path,
+    "nvidia_imex_channel_dir": path,
     # roce_host
     "roce_host_roce": _roce,
     "roce_host_interfaces": list_of(netdev),
@@ -453,6 +464,8 @@ NOT_RENDERED: dict[str, str] = {
     "nvidia_fabric_manager_hardware_profile": "read on the controller only, to pick the platform's row of "
     "the fabric services table (a shipped profile name or a profile file that must load and name a known "
     "platform); only package names from that table reach apt",
+    "nvidia_imex_hardware_profile": "read on the controller only, to pick the platform's row of the fabric "
+    "services table and its NVLink domain size; nothing from it reaches the host",
     "mlnx_ofed_mok_password": "goes only to mokutil --generate-hash on stdin (never a command line, "
     "a file or a log; the hash it prints goes to a 0600 temporary file removed after mokutil --import)",
 }

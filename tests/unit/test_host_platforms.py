@@ -34,6 +34,8 @@ REQUIRED = {
     "mlnx_ofed": {"mlnx_ofed_version": "24.10-1.1.4.0", "mlnx_ofed_tarball_url": "https://mirror.example/MLNX_OFED_LINUX-24.10-1.1.4.0-debian12.1-x86_64.tgz",
                   "mlnx_ofed_tarball_sha256": "0" * 64},
     "subnet_manager": {"subnet_manager_mode": "switch"},
+    "nvidia_imex": {"fabricops_hardware_profile": "gb200-nvl72", "fabricops_nvlink_domain": "nvl72-a",
+                    "nvidia_imex_address": "10.0.0.11"},
 }
 GATE = "Refuse an operating system or architecture the role does not support"
 
