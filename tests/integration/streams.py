@@ -23,12 +23,17 @@ STREAMS: dict[str, list[str]] = {
     # MLNX_OFED, DOCA-Host and NIC firmware on gpu02; the IPoIB, NCCL and RoCE host roles on gpu01;
     # the lab's Slurm through slurmctl (drains and resumes gpu02 in Slurm only: no host state);
     # fabricops act on gpu01 and gpu02 (port faults cleared, drains resumed); verify's pair rounds as
-    # Slurm job steps in an exclusive allocation of gpu01 and gpu02 (cancelled, queue checked empty)
-    "gpu01-gpu02": ["test_doca_firmware.py", "test_lab_slurm.py", "test_mlnx_ofed.py", "test_roles_ipoib.py",
+    # Slurm job steps in an exclusive allocation of gpu01 and gpu02 (cancelled, queue checked empty);
+    # the host runbooks on gpu02 (docs/runbooks: added from a purged stack, upgraded, backed out; drained
+    # and resumed by the pages; first, as test_doca_firmware.py purges after it)
+    "gpu01-gpu02": ["test_runbooks_hosts.py", "test_doca_firmware.py", "test_lab_slurm.py",
+                    "test_mlnx_ofed.py",
+                    "test_roles_ipoib.py",
                     "test_roles_nccl.py", "test_roles_roce_host.py", "test_act_slurm.py",
                     "test_verify_slurm.py"],
-    # the roce_switch role on leaf-onyx and leaf-cumulus (no host)
-    "leaves": ["test_roce_switch.py"],
+    # the roce_switch role on leaf-onyx and leaf-cumulus (no host); the switch runbooks
+    # (docs/runbooks: leaf-onyx's password rotated and put back, leaf-cumulus cleared and reconverged)
+    "leaves": ["test_roce_switch.py", "test_runbooks.py"],
 }
 
 #: the rack to themselves, in this order, after the streams
