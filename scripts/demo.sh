@@ -4,7 +4,7 @@
 #   2. bring the lab up (fabricops lab up: 4 GPU hosts, Onyx + Cumulus switches, OFED mirror;
 #      with the lab already up it only repairs what is down)
 #   3. ansible-playbook site.yml: MLNX_OFED -> IPoIB / RoCE host QoS -> NCCL profile on the hosts
-#      (rolling, one host at a time), RoCE lossless on the switches, then verification
+#      (a new rack: every host in one batch), RoCE lossless on the switches, then verification
 #   4. print the verification summary (reports: .cache/verify/verify.json, verify.xml)
 # Extra arguments go to ansible-playbook (e.g. --limit gpu01,gpu02 or -e fabricops_serial=2).
 set -euo pipefail
@@ -24,14 +24,17 @@ fabricops lab up
 
 # The lab is a new rack: consent to load the freshly installed driver (openibd restart) and to
 # bring up the planned IPoIB interfaces. (The lab's inventory plans the NCCL profile and IPoIB
-# networks as a real rack's does: inventories/example/.)
+# networks as a real rack's does: inventories/example/.) A new rack carries no traffic yet, so every
+# host and every switch is brought up in one batch (docs/operations.md, "Rolling rollout"); to watch
+# the rolling batches a running cluster gets, pass -e fabricops_serial=1 -e fabricops_switch_serial=1.
 echo "== ansible-playbook site.yml"
 log=.cache/demo-site.log
 mkdir -p .cache
 rc=0
 # The whole output goes to the log; the terminal gets it without the verification play's summary
 # task (its JSON-quoted lines), which is printed once, readable, at the end.
-ansible-playbook site.yml -e mlnx_ofed_allow_restart=true -e ipoib_allow_restart=true "$@" 2>&1 | tee "$log" \
+ansible-playbook site.yml -e mlnx_ofed_allow_restart=true -e ipoib_allow_restart=true \
+  -e fabricops_serial=100% -e fabricops_switch_serial=100% "$@" 2>&1 | tee "$log" \
   | awk '/^TASK \[Show the summary\]/ {skip=1} skip && /^(TASK|PLAY)/ && !/Show the summary/ {skip=0}
          !skip {print; fflush()}' \
   || rc=$?

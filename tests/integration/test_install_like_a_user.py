@@ -20,19 +20,12 @@ import zipfile
 
 import pytest
 from integration.conftest import INVENTORY, REPO, VENV_BIN, _recap, ansible_env
+from integration.readme import readme_blocks
 
 pytestmark = pytest.mark.lab
 
 HOST = "gpu04"
 EXTRA = ["-e", "nccl_profile_name=ib"]
-README = REPO / "README.md"
-
-
-def readme_blocks(section: str) -> list[str]:
-    """The fenced ``sh`` blocks of one README section, as written."""
-    text = README.read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```sh\n(.*?)^```$", body, re.M | re.S)
 
 
 def _run(argv, cwd, env, timeout=900):
