@@ -173,6 +173,18 @@ def mlnx_ofed_doca_repo_url(version, distribution, major, dist_version, arch, ov
         raise AnsibleFilterError(str(exc)) from None
 
 
+def mlnx_ofed_headers_package(kernel, ansible_facts):
+    """The headers package of kernel release KERNEL on this host (fabricops.platforms, the one table):
+    ``linux-headers-K`` on Debian/Ubuntu (64k kernels too), ``kernel-devel-K`` / ``kernel-64k-devel-``
+    on EL."""
+    _need_package()
+    facts = dict(ansible_facts) if ansible_facts else None
+    try:
+        return _doca.headers_package(_str(kernel), facts)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def mlnx_ofed_doca_keyring(signed_by=""):
     _need_package()
     return _doca.keyring(_str(signed_by) or None)
@@ -267,6 +279,7 @@ class FilterModule:
             "mlnx_ofed_restart_plan": mlnx_ofed_restart_plan,
             "mlnx_ofed_doca_repo_url": mlnx_ofed_doca_repo_url,
             "mlnx_ofed_doca_keyring": mlnx_ofed_doca_keyring,
+            "mlnx_ofed_headers_package": mlnx_ofed_headers_package,
             "mlnx_ofed_doca_state": mlnx_ofed_doca_state,
             "mlnx_ofed_dkms_plan": mlnx_ofed_dkms_plan,
             "mlnx_ofed_stack_kind": mlnx_ofed_stack_kind,

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fabricops import platforms
 from fabricops.parsers import ofed_info
 
 PROFILES = ("doca-ofed", "doca-roce", "doca-networking", "doca-all")
@@ -50,7 +51,6 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _URL = re.compile(r"(?:https?|file)://[A-Za-z0-9._~:/?#@!&+,=%-]+")
 _KERNEL = re.compile(r"[0-9][A-Za-z0-9._+~-]{0,127}")
 
-ARCH_LABELS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64-sbsa", "arm64": "arm64-sbsa"}
 
 
 # --- input ----------------------------------------------------------------------------------------
@@ -123,30 +123,23 @@ def input_errors(
     return errors
 
 
-def os_label(distribution: str, major: str, version: str = "") -> str | None:
-    """NVIDIA's ``<os>`` directory: Debian by major release (``debian12``), Ubuntu by release
-    (``ubuntu22.04``)."""
-    dist = (distribution or "").strip().lower()
-    if dist == "debian" and str(major).isdigit():
-        return f"debian{major}"
-    if dist == "ubuntu" and re.fullmatch(r"\d+\.\d+", str(version or "")):
-        return f"ubuntu{version}"
-    return None
-
-
 def repo_url(
     version: str, distribution: str, major: str, dist_version: str, arch: str, override: str | None = None
 ) -> str:
-    """The apt source URL: the mirror when given, else NVIDIA's URL for this release, OS and arch."""
+    """The apt source URL: the mirror when given, else NVIDIA's URL for this release, OS and arch (the
+    ``<os>/<arch>`` part from :func:`fabricops.platforms.doca_repo_path`, the one table)."""
     if override:
         return str(override).rstrip("/") + "/"
-    label, arch_label = os_label(distribution, major, dist_version), ARCH_LABELS.get(str(arch))
-    if not label or not arch_label:
+    facts = {"distribution": distribution, "distribution_major_version": major,
+             "distribution_version": dist_version, "architecture": arch}
+    try:
+        path = platforms.doca_repo_path(facts)
+    except ValueError as exc:
         raise ValueError(
-            f"NVIDIA publishes no DOCA-Host apt repository this role knows for "
-            f"{distribution} {dist_version or major} {arch}; set mlnx_ofed_doca_repo_url to a mirror"
-        )
-    return f"{NVIDIA_REPO}/{version}/{label}/{arch_label}/"
+            f"NVIDIA publishes no DOCA-Host repository this role knows for {distribution} "
+            f"{dist_version or major} {arch} ({exc}); set mlnx_ofed_doca_repo_url to a mirror"
+        ) from None
+    return f"{NVIDIA_REPO}/{version}/{path}/"
 
 
 def keyring(signed_by: Any = None, key_url: Any = None) -> str:
@@ -377,11 +370,15 @@ def dkms_restart_reason(gaps: Iterable[Mapping[str, Any]], running: str) -> str 
     )
 
 
-def headers_package(kernel: str) -> str:
-    """Debian's headers package of a kernel release: ``linux-headers-<release>``."""
+def headers_package(kernel: str, facts: Mapping[str, Any] | None = None) -> str:
+    """The headers package of a kernel release: Debian's ``linux-headers-<release>`` without facts,
+    else what :func:`fabricops.platforms.kernel_headers_package` chooses for that host (EL:
+    ``kernel-devel-``/``kernel-64k-devel-``)."""
     if not _KERNEL.fullmatch(str(kernel)):
         raise ValueError(f"{kernel!r} is not a kernel release")
-    return f"linux-headers-{kernel}"
+    if facts is None:
+        return f"linux-headers-{kernel}"
+    return platforms.kernel_headers_package(facts, str(kernel))
 
 
 # --- Secure Boot ----------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ steps exist for it, nobody has proven them there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 #: the host roles (roce_switch runs against switches, which check their own OS)
@@ -89,3 +91,172 @@ def meta_platforms() -> list[dict[str, Any]]:
     for _d, _m, name, version in TESTED:
         out.setdefault(name, []).append(version)
     return [{"name": n, "versions": v} for n, v in out.items()]
+
+
+# --- repository paths and package choices chosen from facts (issue 37 point 4) --------------------
+#
+# One row per (OS release, architecture), linux-system-roles style: what NVIDIA's DOCA-Host and CUDA
+# repositories call the host, the Debian package architecture and how the kernel headers package is
+# named. The table holds more rows than the roles' gate (``refusal`` above) admits: a row means
+# "chosen from facts, proven at unit level only" unless ``proven`` says the lab runs it. Sources
+# (each value checked in a public file that builds or uses such a URL / package):
+#
+# - DOCA-Host ``https://linux.mellanox.com/public/repo/doca/<ver>/<os>/<arch>/``: ``debian12/x86_64``
+#   (the lab, tests/integration), ``ubuntu22.04/x86_64`` (mwiget/f5bnk-kubespray
+#   ``dpu/install-doca.sh``: ``doca/2.9.2/ubuntu22.04/x86_64/``), ``ubuntu22.04/arm64-sbsa`` (HPCCM
+#   generated Dockerfiles and holoscan docs: ``doca/3.2.0/ubuntu22.04/arm64-sbsa/``,
+#   ``doca/2.8.0/ubuntu22.04/arm64-sbsa/``), ``ubuntu24.04/arm64-sbsa`` (``doca/2.9.1/ubuntu24.04/
+#   arm64-sbsa/mlnx-fw-updater_24.10-1.1.4.0_arm64.deb`` linked from public BlueField notes),
+#   ``ubuntu24.04/x86_64`` (docs/ofed.md, Dockerfiles ``doca/3.3.0/ubuntu24.04/$ARCH``),
+#   ``rhel<major>.<minor>/x86_64`` (NVIDIA DOCA-Host install guide, ``rhel9.4/x86_64``; shared
+#   REFERENCE.md) and ``rhel<N>/arm64-sbsa`` (a repo_manager config: ``doca/3.2.1/rhel10/arm64-sbsa/``
+#   with ``repodata/repomd.xml.key``). ``arm64-sbsa`` is NVIDIA's spelling for every aarch64 row.
+# - CUDA ``https://developer.download.nvidia.com/compute/cuda/repos/<os>/<arch>/``: ``ubuntu2204/
+#   x86_64`` (sagarsrc/quantization ``setup.sh``), ``ubuntu2204/sbsa`` and ``ubuntu2404/sbsa``
+#   (install scripts choosing ``sbsa`` when ``uname -m`` is not x86_64), ``ubuntu2404/x86_64``
+#   (GoogleCloudPlatform/compute-image-tools ``build_ubuntu_2404_accelerated.sh``), ``debian12/
+#   x86_64`` (topazape/dotfiles ``debian/nvidia-cuda.bash``: ``$ID$VERSION_ID/x86_64``), ``rhel9/
+#   x86_64`` / ``rhel9/sbsa`` (issue 37; ``rhel10/sbsa`` in the same repo_manager config).
+# - Kernel headers: Debian/Ubuntu ``linux-headers-<uname -r>``, a 64k kernel included (Ubuntu
+#   publishes ``linux-headers-6.17.0-1004-nvidia-64k`` beside ``linux-image-...-nvidia-64k``; GB10 /
+#   GH200 notes: "Matching headers: linux-headers-7.0.0-1019-nvidia-64k"); EL ``kernel-devel-<uname
+#   -r>``, and for the 64k kernel (``uname -r`` ends ``+64k``, package ``kernel-64k-core``: leapp's
+#   tests ``('64k', 'aarch64', 'kernel-core'...'5.14.0-100.el9.aarch64+64k')``)
+#   ``kernel-64k-devel-<uname -r without +64k>`` (Mellanox/network-operator#1415).
+
+#: ``ansible_facts.architecture`` spellings -> the canonical one (Debian's dpkg names accepted too)
+ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+#: per architecture: DOCA-Host path part, CUDA path part, Debian package architecture
+ARCH_PARTS = {
+    "x86_64": ("x86_64", "x86_64", "amd64"),
+    "aarch64": ("arm64-sbsa", "sbsa", "arm64"),
+}
+EL_DISTRIBUTIONS = ("RedHat", "Rocky", "AlmaLinux")
+
+
+@dataclass(frozen=True)
+class HostPlatform:
+    """What the repositories and packages are called on one OS release and architecture."""
+
+    name: str  #: e.g. "Ubuntu 24.04 aarch64"
+    os_family: str  #: "Debian" or "RedHat"
+    doca_os: str  #: DOCA-Host ``<os>`` directory (``ubuntu24.04``, ``rhel9.4``)
+    doca_arch: str  #: DOCA-Host ``<arch>`` directory (``x86_64``, ``arm64-sbsa``)
+    cuda_path: str | None  #: CUDA ``<os>/<arch>`` (``ubuntu2404/sbsa``); None where not cited
+    deb_arch: str | None  #: dpkg architecture (``amd64``, ``arm64``); None on EL
+    proven: str  #: "lab" (the integration suite runs it) or "unit" (facts captures only)
+
+    @property
+    def doca_path(self) -> str:
+        return f"{self.doca_os}/{self.doca_arch}"
+
+
+#: (distributions, major version, architecture, proven, DOCA os (``{version}``: distribution_version),
+#: CUDA os (None: none cited)); the one table. The lab's Debian 12 x86_64 is the only "lab" row.
+_ROWS: tuple[tuple[tuple[str, ...], str, str, str, str, str | None], ...] = (
+    (("Debian",), "12", "x86_64", "lab", "debian12", "debian12"),
+    (("Ubuntu",), "22", "x86_64", "unit", "ubuntu22.04", "ubuntu2204"),
+    (("Ubuntu",), "22", "aarch64", "unit", "ubuntu22.04", "ubuntu2204"),
+    (("Ubuntu",), "24", "x86_64", "unit", "ubuntu24.04", "ubuntu2404"),
+    (("Ubuntu",), "24", "aarch64", "unit", "ubuntu24.04", "ubuntu2404"),
+    (EL_DISTRIBUTIONS, "9", "x86_64", "unit", "rhel{version}", "rhel9"),
+    (EL_DISTRIBUTIONS, "9", "aarch64", "unit", "rhel{version}", "rhel9"),
+)
+
+
+def platform_rows() -> list[dict[str, Any]]:
+    """The table as rows (docs, tests): distributions, major, arch, DOCA/CUDA paths, dpkg arch, proven."""
+    out = []
+    for dists, major, arch, proven, doca_os, cuda_os in _ROWS:
+        doca_arch, cuda_arch, deb_arch = ARCH_PARTS[arch]
+        el = dists == EL_DISTRIBUTIONS
+        out.append({
+            "distributions": list(dists), "major": major, "architecture": arch, "proven": proven,
+            "doca": f"{doca_os.replace('{version}', major + '.<minor>')}/{doca_arch}",
+            "cuda": f"{cuda_os}/{cuda_arch}" if cuda_os else None,
+            "deb_arch": None if el else deb_arch,
+            "headers": "kernel-devel-K (kernel-64k-devel- for +64k)" if el else "linux-headers-K",
+        })
+    return out
+
+
+def _supported_rows() -> str:
+    names = []
+    for dists, major, arch, _p, _d, _c in _ROWS:
+        dist = "RHEL/Rocky/Alma" if dists == EL_DISTRIBUTIONS else dists[0]
+        ver = {"22": "22.04", "24": "24.04"}.get(major, major) if dist == "Ubuntu" else major
+        names.append(f"{dist} {ver} {arch}")
+    return ", ".join(names)
+
+
+def host_platform(facts: Mapping[str, Any] | None) -> HostPlatform:
+    """The row of :data:`_ROWS` these ``ansible_facts`` (distribution, distribution_major_version,
+    distribution_version, architecture) fall in; ValueError, one sentence, for a host the table
+    does not hold."""
+    facts = facts or {}
+    dist = str(facts.get("distribution") or "")
+    major = str(facts.get("distribution_major_version") or "").strip()
+    version = str(facts.get("distribution_version") or "").strip()
+    if not major and re.fullmatch(r"\d+(\.\d+)*", version):
+        major = version.split(".")[0]
+    arch = ARCH_ALIASES.get(str(facts.get("architecture") or ""))
+    for dists, row_major, row_arch, proven, doca_os, cuda_os in _ROWS:
+        if dist not in dists or major != row_major or arch != row_arch:
+            continue
+        el = dists == EL_DISTRIBUTIONS
+        if el and not re.fullmatch(rf"{major}\.\d+", version):
+            break  # NVIDIA's EL directories name the minor release: without it there is no path
+        if dist == "Ubuntu" and version != f"{major}.04":
+            break
+        doca_arch, cuda_arch, deb_arch = ARCH_PARTS[arch]
+        return HostPlatform(
+            name=f"{dist} {version or major} {arch}", os_family="RedHat" if el else "Debian",
+            doca_os=doca_os.format(version=version), doca_arch=doca_arch,
+            cuda_path=f"{cuda_os}/{cuda_arch}" if cuda_os else None,
+            deb_arch=None if el else deb_arch, proven=proven,
+        )
+    raise ValueError(
+        f"fabricops chooses repository paths and packages from facts only for {_supported_rows()}; "
+        f"this host is {_found(facts)}"
+    )
+
+
+def doca_repo_path(facts: Mapping[str, Any] | None) -> str:
+    """NVIDIA's DOCA-Host ``<os>/<arch>`` for this host (``ubuntu24.04/arm64-sbsa``)."""
+    return host_platform(facts).doca_path
+
+
+def cuda_repo_path(facts: Mapping[str, Any] | None) -> str:
+    """NVIDIA's CUDA repository ``<os>/<arch>`` for this host (``ubuntu2404/sbsa``)."""
+    plat = host_platform(facts)
+    if not plat.cuda_path:  # pragma: no cover - every row has one today
+        raise ValueError(f"fabricops knows no CUDA repository path for {plat.name}")
+    return plat.cuda_path
+
+
+def deb_arch(facts: Mapping[str, Any] | None) -> str:
+    """The dpkg architecture (``amd64``, ``arm64``) of a Debian-family host."""
+    plat = host_platform(facts)
+    if plat.deb_arch is None:
+        raise ValueError(f"{plat.name} is not a Debian-family system: it has no dpkg architecture")
+    return plat.deb_arch
+
+
+_KERNEL_RELEASE = re.compile(r"[0-9][A-Za-z0-9._+~-]{0,127}")
+
+
+def kernel_headers_package(facts: Mapping[str, Any] | None, kernel: str | None = None) -> str:
+    """The package holding the headers of ``kernel`` (default: the running one, ``facts.kernel``):
+    Debian/Ubuntu ``linux-headers-<release>`` (``6.8.0-1010-nvidia-64k`` included), EL
+    ``kernel-devel-<release>``, EL 64k (release ending ``+64k``) ``kernel-64k-devel-<release
+    without +64k>``."""
+    facts = facts or {}
+    release = str(kernel if kernel is not None else facts.get("kernel") or "")
+    if not _KERNEL_RELEASE.fullmatch(release):
+        raise ValueError(f"{release[:40]!r} is not a kernel release")
+    plat = host_platform(facts)
+    if plat.os_family == "Debian":
+        return f"linux-headers-{release}"
+    if release.endswith("+64k"):
+        return f"kernel-64k-devel-{release[: -len('+64k')]}"
+    return f"kernel-devel-{release}"
