@@ -9,7 +9,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_blocks(section: str) -> list[str]:
-    """The fenced ``sh`` blocks of one README section (``## SECTION`` up to the next ``## ``)."""
+    """The fenced ``sh`` blocks of one README section: from the heading ``## SECTION`` (or ``## SECTION
+    (...)``) up to the next ``## `` heading. A missing section fails here, by name."""
     text = README.read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```sh\n(.*?)^```$", body, re.M | re.S)
+    m = re.search(rf"^## {re.escape(section)}(?: \([^\n]*\))?\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f"README.md has no section '## {section}'"
+    return re.findall(r"^```sh\n(.*?)^```$", m.group(1), re.M | re.S)
