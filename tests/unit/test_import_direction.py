@@ -10,13 +10,14 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "fabricops"
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, src: Path = SRC) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved against the package tree ``src``)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module)
         elif isinstance(node, ast.ImportFrom) and node.level:
-            pkg = ".".join(path.relative_to(SRC.parent).with_suffix("").parts[: -node.level])
+            pkg = ".".join(path.relative_to(src.parent).with_suffix("").parts[: -node.level])
             out.add(f"{pkg}.{node.module}" if node.module else pkg)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
@@ -98,24 +99,11 @@ def _room_graph(src: Path) -> dict[str, set[str]]:
     for p in sorted(src.rglob("*.py")):
         rel = p.relative_to(src.parent).with_suffix("").parts
         here = _room(".".join(rel))
-        for m in _imports_under(p, src):
+        for m in _imports(p, src):
             there = _room(m)
             if here and there and there != here:
                 graph.setdefault(here, set()).add(there)
     return graph
-
-
-def _imports_under(path: Path, src: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            pkg = ".".join(path.relative_to(src.parent).with_suffix("").parts[: -node.level])
-            out.add(f"{pkg}.{node.module}" if node.module else pkg)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return out
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
