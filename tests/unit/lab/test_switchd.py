@@ -636,3 +636,47 @@ def test_cumulus_drop_closes_the_connection_netmiko_view(cumulus):
     with pytest.raises(OSError, match="Socket is closed"):
         c.send_command("nv config diff")
     assert cumulus.switch.pending["qos"]["roce"]["mode"] == "lossless"  # ran, then the session went
+
+
+def _slow_onyx(monkeypatch, seconds: float) -> None:
+    """Each Onyx command line takes SECONDS: a busy switch, or a busy machine under the emulator."""
+    handle = OnyxSession.handle
+
+    def slow(self, line):
+        time.sleep(seconds)
+        return handle(self, line)
+
+    monkeypatch.setattr(OnyxSession, "handle", slow)
+
+
+def test_onyx_typeahead_is_echoed_when_the_cli_reads_it(onyx, monkeypatch):
+    """Lines typed while the CLI is busy appear after its prompt, each on its own line (a raw-mode CLI
+    echoes what it reads); CR, LF and CR LF each end one line. Echoed on arrival, the RETURNs ran ahead
+    and the prompts came glued on one line, which netmiko's find_prompt (it sends RETURN again while
+    the prompt is slow, then takes the last line) took for the prompt: CI saw save_config's next
+    command wait for that line until ReadTimeout."""
+    import paramiko
+
+    _slow_onyx(monkeypatch, 0.2)
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    client.connect("127.0.0.1", port=onyx.port, username="admin", password=PASSWORD,
+                   look_for_keys=False, allow_agent=False)
+    try:
+        chan = client.invoke_shell(width=511)
+        chan.settimeout(10)
+        prompt = "leaf-onyx [standalone: master] > "
+        out = ""
+        while prompt not in out:
+            out += chan.recv(65536).decode()
+        chan.sendall(b"\n\n\nshow clock\rshow clock\r\nshow clock\n")
+        out = ""
+        while out.count(prompt) < 6:
+            out += chan.recv(65536).decode()
+    finally:
+        client.close()
+    lines = out.split("\r\n")
+    assert lines[:4] == ["", prompt, prompt, prompt + "show clock"], lines
+    assert prompt + prompt.strip() not in out  # no prompts glued on one line
+    assert out.count(prompt + "show clock") == 3 and out.count(prompt) == 6, out  # CR LF is one line end
+

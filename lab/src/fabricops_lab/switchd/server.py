@@ -95,11 +95,55 @@ class SwitchServer(asyncssh.SSHServer):
         return ok
 
 
+class RawModeInput:
+    """Input as a CLI in raw terminal mode reads it (the Onyx CLI): a line at a time, echoed when the
+    CLI reads it, not when it arrives.
+
+    A line-editing CLI turns the terminal's own echo off and echoes what its editor reads (termios(3):
+    ECHO, ICANON; GNU readline's rl_prep_terminal does this), so lines typed ahead while a command runs
+    appear after that command's output and prompt, each behind the prompt it was read at. asyncssh's
+    line editor echoes input the moment it arrives instead: typeahead echoes ran ahead of the prompts,
+    which then came glued together on one line. netmiko's find_prompt sends another RETURN when the
+    prompt is slow and takes the last line it reads as the prompt: on a busy machine it took that glued
+    line and the command after it timed out (CI: test_netmiko_mlnxos save_config, ReadTimeout).
+    A line ends at CR, LF or CR LF (the terminal's ICRNL: Ansible's network_cli ends a command with CR,
+    netmiko with LF)."""
+
+    def __init__(self, process: asyncssh.SSHServerProcess, echo: bool):
+        self._stdin = process.stdin
+        self._write = process.stdout.write
+        self._buf = ""
+        self._after_cr = False
+        self.echo = echo
+
+    async def readline(self) -> str:
+        """The next line without its end ('' at end of input, as the line editor's reader)."""
+        while True:
+            if self._after_cr and self._buf.startswith("\n"):
+                self._buf = self._buf[1:]
+            self._after_cr = False
+            ends = [i for i in (self._buf.find("\r"), self._buf.find("\n")) if i >= 0]
+            if ends:
+                i = min(ends)
+                line, self._after_cr, self._buf = self._buf[:i], self._buf[i] == "\r", self._buf[i + 1:]
+                if self.echo:
+                    self._write(line + "\n")
+                return line + "\n"
+            data = await self._stdin.read(4096)
+            if not data:
+                return ""
+            self._buf += data
+
+
 async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str) -> None:
     sess = (
         OnyxSession(switch) if os_name == "onyx" else NvueSession(switch, process.get_extra_info("username"))
     )
     write = process.stdout.write
+    reader: Any = process.stdin
+    if os_name == "onyx" and process.get_terminal_type() is not None:
+        process.channel.set_line_mode(False)  # type: ignore[attr-defined]
+        reader = RawModeInput(process, echo=True)
 
     def echo() -> None:  # sudo reads its password without echo (termios ECHO off), as on the host
         if os_name == "cumulus":
@@ -110,7 +154,7 @@ async def _session(process: asyncssh.SSHServerProcess, switch: Any, os_name: str
         write(sess.banner() + sess.prompt())
         while True:
             try:
-                line = await process.stdin.readline()
+                line = await reader.readline()
             except (asyncssh.BreakReceived, asyncssh.TerminalSizeChanged):
                 continue
             if not line:  # EOF
