@@ -85,10 +85,38 @@ def register(subparsers: Any) -> None:
         description="From a training job and a GPU count to a fabric design, a cabling plan and a lab "
         "slice to rehearse it (docs/plan.md).",
     )
-    p.add_argument("--gpus", type=int, required=True, help="number of GPUs")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per server (default 8)")
+    p.add_argument("--gpus", type=int, default=None, help="number of GPUs (required unless --domains)")
     p.add_argument(
-        "--rails", type=int, default=None, help="NIC ports per node into the fabric (default: one per GPU)"
+        "--gpus-per-node", type=int, default=None, help="GPUs per server (default 8; --profile: its own)"
+    )
+    p.add_argument(
+        "--rails",
+        type=int,
+        default=None,
+        help="NIC ports per node into the fabric (default: one per GPU; --profile: one per HCA)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="PROFILE",
+        default=None,
+        help="hardware profile of multi-node NVLink compute trays (gb200-nvl72, gb300-nvl72, or a profile "
+        "file): plan NVLink domains and a scale-out rail per HCA",
+    )
+    p.add_argument(
+        "--domain-size",
+        type=count,
+        metavar="TRAYS",
+        default=None,
+        help="compute trays per NVLink domain, 1 to the profile's nvlink_domain.max_nodes (default: 18)",
+    )
+    p.add_argument(
+        "--domains", type=count, metavar="N", default=None, help="N full NVLink domains instead of --gpus"
+    )
+    p.add_argument(
+        "--nvl-config",
+        choices=("72x1", "36x2"),
+        default=None,
+        help="NVL72 rack configuration: 72x1 one rack per domain (default), 36x2 two racks (GB200 only)",
     )
     p.add_argument("--model-params", type=model_params, default=7e9, help="model parameters (default 7e9)")
     p.add_argument(
@@ -135,9 +163,26 @@ def _gb(x: float) -> str:
 
 
 def render_table(plan: Plan) -> str:
-    d, c, r = plan.design, plan.comm, plan.recommendation
-    rows: list[tuple[str, str]] = [
-        ("GPUs", f"{d.gpus} ({d.nodes} node(s) x {d.gpus_per_node})"),
+    d, c, r, n = plan.design, plan.comm, plan.recommendation, plan.nvlink
+    rows: list[tuple[str, str]] = [("GPUs", f"{d.gpus} ({d.nodes} node(s) x {d.gpus_per_node})")]
+    if n is not None:
+        rows = [
+            ("GPUs", f"{n.gpus} ({n.trays} compute tray(s) x {n.gpus_per_tray})"),
+            ("hardware profile", f"{n.profile} ({n.configuration}, {n.hcas_per_tray} HCAs per tray)"),
+            (
+                "NVLink domains",
+                f"{n.domains} of up to {n.domain_size} trays ({n.domain_size * n.gpus_per_tray} GPUs)"
+                + (f"; the last has {n.last_domain_trays} tray(s)" if n.partial else ""),
+            ),
+            ("domain trays", ", ".join(f"{k} {v}" for k, v in n.domain_trays.items())
+             if n.domains <= 8 else f"{next(iter(n.domain_trays))} .. {list(n.domain_trays)[-1]}"),
+            ("racks", f"{n.racks}"),
+            (
+                "NVLink switch",
+                f"{n.switch_trays_per_domain} switch trays per domain, {n.switch_trays} in all ({n.doc})",
+            ),
+        ]
+    rows += [
         ("scenario", r.scenario),
         ("interconnect", r.interconnect),
         ("why", r.reason),
@@ -165,10 +210,12 @@ def render_table(plan: Plan) -> str:
             ("oversubscription", f"{d.oversubscription:g}:1"),
             ("bisection", f"{d.bisection_gbps / 1000:,.1f} Tb/s per direction"),
         ]
-        if plan.hardware_profile:
+        if plan.hardware_profile and n is None:
             rows.append(("hardware profile", plan.hardware_profile))
-    else:
+    elif n is None:
         rows.append(("topology", "none: NVLink/NVSwitch inside the node"))
+    else:
+        rows.append(("topology", "none: one compute tray, no scale-out fabric"))
     rows += [
         ("traffic", f"{c.strategy}, {c.ranks} rank(s), {c.pipeline_stages} pipeline stage(s), {c.precision}"),
         ("gradients", f"{_gb(c.gradient_bytes)} per rank per step"),
@@ -196,6 +243,8 @@ def render_table(plan: Plan) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpus is None and args.domains is None:
+        raise UsageError("the following arguments are required: --gpus (or --domains with --profile)")
     if args.json is not None and not args.json.strip():
         raise UsageError("--json was given an empty file name; give a file, or - for stdout")
     try:
@@ -217,6 +266,10 @@ def run(args: argparse.Namespace) -> int:
             seq_len=args.seq_len,
             hidden=args.hidden,
             micro_batches=args.micro_batches,
+            profile=args.profile,
+            domain_size=args.domain_size,
+            domains=args.domains,
+            nvl_config=args.nvl_config,
         )
     except PlanInputError as exc:
         raise UsageError(str(exc)) from None

@@ -3,7 +3,10 @@
 ``inventory(plan)`` returns the files of ``DIR``: ``hosts.yml`` (groups ``gpu_hosts`` and
 ``switches`` / ``ib_switches``), ``group_vars/all.yml`` (``fabricops_hardware_profile``,
 ``fabricops_roce`` when the fabric is RoCE, ``fabricops_cabling`` host-to-leaf cables and
-``fabricops_switch_links`` between tiers) and ``lab-topology.yml``: 2-4 hosts of the plan's shape,
+``fabricops_switch_links`` between tiers) and ``lab-topology.yml``. A plan on multi-node NVLink compute
+trays (``--profile gb200-nvl72``) gives every tray host its NVLink domain (``fabricops_nvlink_domain``,
+which the nvidia_imex role and ``fabricops topology --format block`` read) and ``fabricops_plan.nvlink``
+the domains' sizes. The lab topology: 2-4 hosts of the plan's shape,
 cabled as the plan cables them (a multi-tier plan: with the leaves' spines and links, two-tier),
 which ``fabricops_lab.topology.load`` accepts (the lab's own tests hold every slice to its loader:
 the product does not import the lab, which a production controller does not have).
@@ -54,6 +57,14 @@ ROCE = {
     "ecn": {"min_kb": 150, "max_kb": 1500},
     "roce_mode": 2,
 }
+NVL_HEADER = (
+    "# NVLink domains: nvidia_imex lists every tray of a domain (fabricops_nvlink_domain) in its\n"
+    "# nodes_config.cfg by nvidia_imex_address or ansible_host, which must be IP addresses.\n"
+)
+#: GPU memory as ``nvidia-smi --query-gpu=name,memory.total`` prints it, for a lab slice of a GPU the lab
+#: does not know by name ("NVIDIA GB200, 189471 MiB" and "NVIDIA GB300, 284208 MiB" in nvidia-smi
+#: output quoted in public repositories, e.g. TACC Vista run notes for GB200).
+GPU_MEMORY_MIB = {"NVIDIA GB200": 189471, "NVIDIA GB300": 284208}
 
 
 def netdevs(link_layer: str, rails: int) -> list[str]:
@@ -201,7 +212,11 @@ def _switch_entry(plan: Plan, tier: str) -> dict[str, Any]:
 
 
 def hosts_yml(plan: Plan, names: dict[str, list[str]]) -> dict[str, Any]:
-    hosts = {h: {} for h in host_names(plan.design.nodes)}
+    n = plan.nvlink
+    hosts: dict[str, dict[str, Any]] = {
+        h: ({} if n is None else {"fabricops_nvlink_domain": n.domain_of(i)})
+        for i, h in enumerate(host_names(plan.design.nodes))
+    }
     children: dict[str, Any] = {"gpu_hosts": {"hosts": hosts, "vars": {"ansible_user": "root"}}}
     if names and plan.switch is not None:
         members = {n: _switch_entry(plan, tier) for tier, ns in names.items() for n in ns}
@@ -232,6 +247,15 @@ def all_yml(plan: Plan, host_cables: list[dict], links: list[dict]) -> dict[str,
         "cables": dict(d.cables),
         "bisection_gbps": d.bisection_gbps,
     }
+    n = plan.nvlink
+    if n is not None:
+        data["fabricops_plan"]["nvlink"] = {
+            "profile": n.profile,
+            "configuration": n.configuration,
+            "domain_size": n.domain_size,
+            "domains": dict(n.domain_trays),
+            "switch_trays_per_domain": n.switch_trays_per_domain,
+        }
     data["fabricops_cabling"] = host_cables
     if links:
         data["fabricops_switch_links"] = links
@@ -281,7 +305,9 @@ def lab_slice(
     if link_layer == "InfiniBand":
         port["width"] = "4X"
     hcas = [{"name": f"mlx5_{r}", "ports": [dict(port, netdev=nds[r])]} for r in range(rails)]
-    gpu = {"model": plan.gpu_model, "count": d.gpus_per_node, "topology": "nvswitch"}
+    gpu: dict[str, Any] = {"model": plan.gpu_model, "count": d.gpus_per_node, "topology": "nvswitch"}
+    if plan.nvlink is not None and plan.gpu_model in GPU_MEMORY_MIB:  # a GPU the lab does not know by name
+        gpu.update(nvlink_gen=plan.nvlink.nvlink, memory_mib=GPU_MEMORY_MIB[plan.gpu_model])
     two_tier = d.tiers >= 2 and sw is not None and d.nodes > 1
     names = host_names(d.nodes)[:n] if two_tier else host_names(n)  # two-tier: the plan's own hosts
     lab_name = f"plan-{d.gpus}gpu"
@@ -408,8 +434,14 @@ def inventory(plan: Plan) -> dict[str, str]:
             + (" (the lab models two tiers: no spine-core links)" if plan.design.tiers >= 3 else "")
             + ".\n"
         ) if "spine" in tiers else ""
+    if plan.nvlink is not None:
+        slice_note += (
+            f"# The lab has no NVLink domains: the slice's trays are the first {len(topo['hosts'])} of "
+            f"{plan.nvlink.domain_of(0)} and rehearse the scale-out rails only.\n"
+        )
+    header = HEADER + (NVL_HEADER if plan.nvlink is not None else "")
     return {
-        "hosts.yml": HEADER + _dump(hosts_yml(plan, names)),
+        "hosts.yml": header + _dump(hosts_yml(plan, names)),
         "group_vars/all.yml": HEADER + "---\n" + _render_all_yml(all_yml(plan, host_cables, links)),
         "lab-topology.yml": slice_note + _dump(topo),
     }
