@@ -48,6 +48,9 @@ PARSERS: dict[str, str] = {
     "nvidia-smi-nvlink": "fabricops.parsers.nvidia_smi:parse_nvlink",
     "nvidia-smi-query": "fabricops.parsers.nvidia_smi:parse_query",
     "nvidia-smi-q": "fabricops.parsers.nvidia_smi:parse_q",
+    # NVIDIA IMEX (multi-node NVLink: the domain status, docs/parsers.md "nvidia-imex-ctl")
+    "nvidia-imex-ctl": "fabricops.parsers.nvidia_imex_ctl:parse_text",
+    "nvidia-imex-ctl-json": "fabricops.parsers.nvidia_imex_ctl:parse_json",
     # DKMS and Secure Boot (docs/parsers.md "DKMS and Secure Boot")
     "dkms-status": "fabricops.parsers.dkms:parse_status",
     "mokutil-sb-state": "fabricops.parsers.mokutil:sb_state",

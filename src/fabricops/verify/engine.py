@@ -234,6 +234,13 @@ def _verify(
                 bad = [r for r in res if not r.ok]
                 say(f"{h}: {len(res) - len(bad)}/{len(res)} checks passed")
     vr.host_phase_s = time.monotonic() - th
+    if opts.only in (None, "gpus", "nccl") and expects:
+        # per NVLink domain, IMEX as every tray sees it (unreachable trays count as members whose view
+        # is missing); under --only nccl too: the NCCL phase starts a domain's MNNVL runs only when
+        # its domain passed (fabricops.verify.nccl_scales.unhealthy_domains)
+        from fabricops.verify import imex_domain
+
+        vr.results.extend(imex_domain.phase(expects, raws, vr.unreached, hostvars))
     expects = {h: e for h, e in expects.items() if h not in vr.unreached}
     if not expects:
         nccl = None
@@ -256,9 +263,13 @@ def _verify(
 
         vr.results.extend(outliers.judge(vr.results, next((hostvars.get(h) for h in hosts), None)))
     if nccl is not None:
-        from fabricops.verify import nccl_phase
+        from fabricops.verify import nccl_phase, nccl_scales
 
-        vr.results.extend(nccl_phase.phase(opts.launch or steps, expects, raws, nccl, say))
+        # NVL72 profiles: the multi-scale plan groups hosts by fabricops_nvlink_domain and leaves out the
+        # MNNVL runs of a domain the IMEX domain check found unhealthy (fabricops.verify.nccl_scales)
+        domains = nccl_scales.domains_of(hostvars, list(expects))
+        vr.results.extend(nccl_phase.phase(opts.launch or steps, expects, raws, nccl, say, domains,
+                                           nccl_scales.unhealthy_domains(vr.results)))
     vr.wall_s = time.monotonic() - t0
     return vr
 

@@ -79,6 +79,10 @@ class HostExpect:
     #: DOCA-Host declared (mlnx_ofed_install_method: doca): {"version": "3.1.0", "profile": "doca-ofed"}.
     #: The pin is then the DOCA release the profile package carries, not an MLNX_OFED version.
     doca: dict[str, str] | None = None
+    #: the IMEX plan where the profile's platform runs IMEX (GB200/GB300 NVL72; fabricops.services):
+    #: {"domain": fabricops_nvlink_domain or None, "address": the IMEX address (imex.member_address),
+    #: "managed_by": "host" | "dra", "config_path"}; None: no IMEX on this platform (no IMEX checks)
+    imex: dict[str, Any] | None = None
 
     @property
     def link_layer(self) -> str:
@@ -272,7 +276,28 @@ def host_expect(
         doca=doca,
         gpudirect=_flag(hostvars.get("fabricops_site_gpudirect", True)),
         firmware=_firmware_expect(hostvars),
+        imex=imex_expect(host, hostvars, prof),
     )
+
+
+def imex_expect(host: str, hostvars: Mapping[str, Any], prof: Profile) -> dict[str, Any] | None:
+    """The IMEX plan of ``host`` (HostExpect.imex), or None when its platform runs no IMEX."""
+    from fabricops import imex, services
+
+    if not prof.platform:
+        return None
+    try:
+        row = services.platform_services(prof.platform)
+    except ValueError:
+        return None
+    if "imex" not in row.services:
+        return None
+    return {
+        "domain": str(hostvars.get("fabricops_nvlink_domain") or "").strip() or None,
+        "address": imex.member_address(hostvars, host),
+        "managed_by": str(hostvars.get("nvidia_imex_managed_by") or "host"),
+        "config_path": str(hostvars.get("nvidia_imex_config_path") or "/etc/nvidia-imex/config.cfg"),
+    }
 
 
 def _firmware_expect(hostvars: Mapping[str, Any]) -> Any:

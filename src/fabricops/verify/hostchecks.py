@@ -22,7 +22,7 @@ from fabricops.model.nvlink import NVLINK
 from fabricops.model.profiles import threshold_for
 from fabricops.parsers import parse
 from fabricops.verify import counters as error_counters
-from fabricops.verify import firmware, pcie
+from fabricops.verify import firmware, imex_domain, pcie
 from fabricops.verify.expect import HostExpect, PortExpect
 from fabricops.verify.pcie import PCIE_CHECKS
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
@@ -35,7 +35,12 @@ HOST_CHECKS = (
 )
 GPU_CHECKS = (
     "gpu_count", "gpu_model", "nvlink", "gpu_topology", "nic_gpu_affinity", "fabric_manager",
-    *PCIE_CHECKS,
+    "imex_channel", "imex_domain", *PCIE_CHECKS,
+)
+#: IMEX channel0 (NVIDIA IMEX guide, imexchannels.html): type, major, minor (hex) and mode, or "absent"
+IMEX_CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
+IMEX_CHANNEL_CMD = (
+    f"if [ -e {IMEX_CHANNEL} ]; then stat -c '%F|%t|%T|%a' {IMEX_CHANNEL}; else echo absent; fi"
 )
 #: The kernel module of GPUDirect RDMA (the gpudirect role's gpudirect_module default).
 PEERMEM = "nvidia_peermem"
@@ -173,6 +178,13 @@ def commands(expect: HostExpect, only: str | None = None) -> dict[str, str]:
         cmds["lsmod"] = "lsmod"
     if "fabric_manager" in want and _nvswitch(expect):
         cmds["nvidia_q"] = "nvidia-smi -q"
+    if expect.imex:
+        # the domain's status as this tray sees it, judged across the domain (fabricops.verify.imex_domain)
+        if "imex_domain" in want:
+            cmds[imex_domain.KEY] = imex_domain.command(expect.imex.get("config_path", ""))
+        if "imex_channel" in want:
+            cmds["imex_channel"] = IMEX_CHANNEL_CMD
+            cmds["proc_devices"] = "cat /proc/devices"
     if only in (None, "pairs"):
         cmds.update(pair_commands(expect))
     if "nccl_profile" in want and expect.nccl_profile:
@@ -277,6 +289,8 @@ def _wanted(expect: HostExpect, only: str | None) -> set[str]:
         names |= set(HOST_CHECKS)
     if only in (None, "gpus"):
         names |= set(GPU_CHECKS)
+    if only == "nccl":  # the NVLink domain's IMEX status gates its MNNVL runs (engine._verify)
+        names.add("imex_domain")
     return names - set(expect.skip)
 
 
@@ -360,6 +374,8 @@ def evaluate(expect: HostExpect, raw: Raw, only: str | None = None) -> list[Chec
     _pcie(ctx, want, gpus)
     if "fabric_manager" in want:
         _fabric_manager(ctx)
+    if "imex_channel" in want and expect.imex:
+        _imex_channel(ctx)
     if "subnet_manager" in want:
         _subnet_manager(ctx, layers)
     if "gpudirect" in want:
@@ -995,6 +1011,61 @@ def _fabric_manager(ctx: _Ctx) -> None:
         unit="GPUs without a configured fabric",
         cause=CAUSES["fabric"] if bad else None,
         details={"driver_version": rec.driver_version, "gpus": gpus},
+    )
+
+
+def _imex_channel(ctx: _Ctx) -> None:
+    """IMEX channel0 is the driver's character device (fabricops.imex.channel_plan, as the nvidia_imex
+    role creates it): CUDA fabric memory across the NVLink domain needs it, in DRA mode too."""
+    from fabricops import imex
+
+    got = {}
+    for key, what in (("imex_channel", f"stat {IMEX_CHANNEL}"), ("proc_devices", "cat /proc/devices")):
+        res = ctx.raw.get(key)
+        text = (res or {}).get("stdout") or ""
+        if res is None or res.get("rc") not in (0, None) or not text.strip():
+            lines = [] if res is None else (res.get("stderr") or text or "").strip().splitlines()
+            why = "not run" if res is None else (lines[-1] if lines else f"exit {res.get('rc')}, no output")
+            ctx.add("gpus", "imex_channel", "channel0", ERROR,
+                    f"{ctx.host}: `{what}` failed: {why} (could not run: failing closed)")
+            return
+        got[key] = text
+    if "devices:" not in got["proc_devices"]:
+        ctx.add("gpus", "imex_channel", "channel0", ERROR,
+                f"{ctx.host}: /proc/devices unreadable (no 'Character devices:' section): failing closed")
+        return
+    stat = got["imex_channel"].strip()
+    have = {"rc": 1} if stat == "absent" else {"rc": 0, "stdout": stat}
+    plan = imex.channel_plan(got["proc_devices"], have)
+    major = plan["major"]
+    remedy = (
+        "re-run the nvidia_imex role: it sets the nvidia module option NVreg_CreateImexChannel0=1 (the "
+        f"channel at each load of the driver) and creates it now with mknod {IMEX_CHANNEL} c "
+        f"{major if major is not None else '<major>'} 0 (the major of {imex.CHANNEL_DEVICE} in "
+        "/proc/devices), mode 0666"
+    )
+    message, cause, action = plan["msg"], None, None
+    if major is None:
+        cause, action = plan["msg"], "load the NVIDIA open kernel module of a driver with IMEX support"
+    elif plan["action"] != "none":
+        message, action = f"{plan['msg']}: {remedy}", remedy
+        cause = (
+            "IMEX channels are not created by default and do not survive a reboot unless the driver "
+            "creates them"
+        )
+    ok = major is not None and plan["action"] == "none"
+    ctx.add(
+        "gpus",
+        "imex_channel",
+        "channel0",
+        PASS if ok else FAIL,
+        f"{ctx.host}: {IMEX_CHANNEL}: {message}",
+        measured=None if stat == "absent" else stat,
+        threshold=f"character special file ({major}, 0) mode 0666" if major is not None else None,
+        op="==",
+        cause=cause,
+        action=action,
+        details={"major": major, "action": plan["action"], "managed_by": ctx.expect.imex.get("managed_by")},
     )
 
 

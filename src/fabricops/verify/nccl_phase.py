@@ -126,7 +126,9 @@ def binary(settings: NcclSettings, collective: str) -> str:
     return f"{settings.tests_dir.rstrip('/')}/{name}" if settings.tests_dir else name
 
 
-def nccl_env(n_hosts: int, hca: str | None = None) -> dict[str, str]:
+def nccl_env(n_hosts: int, hca: str | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The NCCL settings every run passes to its ranks; ``extra`` adds or overrides some (the
+    multi-scale plan's ``NCCL_MNNVL_ENABLE``, :mod:`fabricops.verify.nccl_scales`)."""
     # INFO with the INIT and NET subsystems: NCCL's default NCCL_DEBUG_SUBSYS is INIT,BOOTSTRAP,ENV
     # (src/debug.cc), and "NET/IB : GPU Direct RDMA Enabled for HCA" is logged under NET only.
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
@@ -136,6 +138,7 @@ def nccl_env(n_hosts: int, hca: str | None = None) -> dict[str, str]:
         env["NCCL_ALGO"] = "Ring"
     if hca:
         env["NCCL_IB_HCA"] = f"={hca}"  # "=" prefix: exact name, one rail (NCCL docs, NCCL_IB_HCA)
+    env.update(extra or {})
     return env
 
 
@@ -193,12 +196,18 @@ def preflight(settings: NcclSettings, expects: Mapping[str, HostExpect]) -> None
 
 
 def build_command(
-    settings: NcclSettings, hosts: Sequence[str], slots: int, collective: str, hca: str | None = None
+    settings: NcclSettings,
+    hosts: Sequence[str],
+    slots: int,
+    collective: str,
+    hca: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> str:
     """The launcher line for one run: every value is checked (:func:`check_launch`), then
-    shell-quoted into a template whose placeholders all stand bare."""
+    shell-quoted into a template whose placeholders all stand bare. ``env``: more NCCL settings for
+    this run (checked like the others)."""
     check_launch(settings, hosts, slots, collective, [hca] if hca else ())
-    env = nccl_env(len(hosts), hca)
+    env = nccl_env(len(hosts), hca, env)
     for k, v in env.items():
         _checked(validate.nccl_name, "NCCL setting name", k)
         _checked(validate.nccl_ifname, k, v)
@@ -379,7 +388,13 @@ def phase(
     raws: Mapping[str, Any],
     settings: NcclSettings | FabricopsError | ValueError,
     say: Callable[[str], None] = lambda _m: None,
+    domains: Mapping[str, str | None] | None = None,
+    unhealthy_domains: Mapping[str, str] | None = None,
 ) -> list[CheckResult]:
+    """The NCCL phase. Hosts whose profile has a multi-node NVLink domain (GB200/GB300 NVL72) run the
+    multi-scale plan instead of one run across all hosts (:mod:`fabricops.verify.nccl_scales`):
+    ``domains`` is host -> its NVLink domain (``fabricops_nvlink_domain``), ``unhealthy_domains``
+    domain -> why it is not healthy (its MNNVL runs are then not started)."""
     hosts = list(expects)
     who = ",".join(hosts) or "-"
     results: list[CheckResult] = []
@@ -399,6 +414,10 @@ def phase(
             f"NCCL phase not run: hosts have different hardware profiles ({', '.join(sorted(profiles))})",
         )
     exp0 = expects[hosts[0]]
+    if exp0.profile.nvlink_domain is not None:
+        from fabricops.verify import nccl_scales
+
+        return nccl_scales.phase(run, expects, raws, settings, say, domains or {}, unhealthy_domains or {})
     slots = exp0.profile.gpu.count
     rails, layer = plan_rails(expects, raws)
     try:
@@ -444,8 +463,12 @@ def phase(
     return results
 
 
-def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details) -> CheckResult:
+def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details, device=None) -> CheckResult:
+    """busbw against ``floor`` and, when the model predicts the run (``pred`` and ``band``; None for a
+    published floor alone), the band around its prediction. ``device``: the result's device (the
+    collective unless given)."""
     b = float(rr.busbw or 0.0)
+    device = device or coll
     rec = rr.record
     details = {**details, "size_bytes": rr.size, "avg_busbw": rec.avg_busbw}
     common = {
@@ -453,7 +476,7 @@ def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details) -> Che
         "threshold": round(floor.value, 2),
         "op": ">=",
         "unit": "GB/s",
-        "source": f"{floor.source}; band: {band.source}",
+        "source": f"{floor.source}; band: {band.source}" if band else floor.source,
         "details": details,
     }
     where = f"{coll}_perf across {who} ({n_hosts} hosts)"
@@ -463,7 +486,7 @@ def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details) -> Che
             CATEGORY,
             "nccl_busbw",
             who,
-            coll,
+            device,
             FAIL,
             f"{where}: wrong results ({rec.out_of_bounds or 0} out-of-bounds values, "
             f"{len(wrong)} rows with #wrong)",
@@ -471,18 +494,22 @@ def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details) -> Che
             "and check Xid errors",
             **common,
         )
-    verdict = band.judge(b, pred.busbw_gbs)
-    lo, hi = band.low * pred.busbw_gbs, band.high * pred.busbw_gbs * (1 + band.above_tolerance)
-    fig = (
-        f"busbw {b:.1f} GB/s at {rr.size} B (floor {floor.value:.1f}: {floor.basis}; model "
-        f"{pred.busbw_gbs:.1f}, band {lo:.1f}-{hi:.1f})"
-    )
-    if verdict == "high" and pred.rail_gbps is not None:
+    if band is None or pred is None:
+        verdict = "ok"
+        fig = f"busbw {b:.1f} GB/s at {rr.size} B (floor {floor.value:.1f}: {floor.basis})"
+    else:
+        verdict = band.judge(b, pred.busbw_gbs)
+        lo, hi = band.low * pred.busbw_gbs, band.high * pred.busbw_gbs * (1 + band.above_tolerance)
+        fig = (
+            f"busbw {b:.1f} GB/s at {rr.size} B (floor {floor.value:.1f}: {floor.basis}; model "
+            f"{pred.busbw_gbs:.1f}, band {lo:.1f}-{hi:.1f})"
+        )
+    if verdict == "high" and pred is not None and pred.rail_gbps is not None:
         return CheckResult(
             CATEGORY,
             "nccl_busbw",
             who,
-            coll,
+            device,
             FAIL,
             f"{where}: {fig}: busbw exceeds what the NICs carry -- was Tree used on two nodes?",
             cause="a busbw above the rails' rate is not a fabric measurement: on two hosts "
@@ -495,23 +522,35 @@ def _judge(coll, who, rr: RunResult, pred, floor, band, n_hosts, details) -> Che
             CATEGORY,
             "nccl_busbw",
             who,
-            coll,
+            device,
             FAIL,
             f"{where}: {fig}: too low",
             cause="a slow rail or host: see the nccl_rail re-runs; or GPUDirect RDMA off "
             "(nccl_gdr), a lossy RoCE path, a downtrained PCIe link",
             **common,
         )
-    return CheckResult(CATEGORY, "nccl_busbw", who, coll, PASS, f"{where}: {fig}", **common)
+    return CheckResult(CATEGORY, "nccl_busbw", who, device, PASS, f"{where}: {fig}", **common)
 
 
 # --- naming the slow part -------------------------------------------------------------------------
 
 
-def isolate(run, expects, rails, settings: NcclSettings, coll, slots, pred, band, say) -> list[CheckResult]:
+def isolate(
+    run,
+    expects,
+    rails,
+    settings: NcclSettings,
+    coll,
+    slots,
+    pred,
+    band,
+    say,
+    env: Mapping[str, str] | None = None,
+) -> list[CheckResult]:
     """Bounded subset re-runs (:data:`MAX_SUBSET_RUNS`): each rail alone across all hosts
     (``NCCL_IB_HCA==HCA``), then each host with a reference host (the first; when every pair with it
-    is slow, one more pair without it tells whether the reference is the slow one)."""
+    is slow, one more pair without it tells whether the reference is the slow one). ``env``: NCCL
+    settings every re-run keeps (``NCCL_MNNVL_ENABLE=0`` where NVLink would otherwise carry them)."""
     hosts = list(expects)
     out: list[CheckResult] = []
     budget = [MAX_SUBSET_RUNS]
@@ -520,7 +559,7 @@ def isolate(run, expects, rails, settings: NcclSettings, coll, slots, pred, band
         if budget[0] <= 0:
             return None
         budget[0] -= 1
-        cmd = build_command(settings, subset, slots, coll, hca)
+        cmd = build_command(settings, subset, slots, coll, hca, env)
         return launch(run, subset[0], cmd, settings, slots * len(subset), len(subset))
 
     common_hcas = [h for h in rails[hosts[0]] if all(h in rails[x] for x in hosts)]

@@ -8,6 +8,8 @@ JSON (``schema: fabricops.verify/1``)::
      "pairs": {"rounds", "round_wall_s", "rerun_wall_s", "wall_s", "reruns", "rails"} | null,
      "blamed": [{"host", "rail", "peers"}], "host_verdicts": {host: {"verdict", "why"}},
      "bad_parts": [{"kind", "name", "failed_tests"}],
+     "nccl_scales": [{"group", "scale", "collective", "hosts", "mnnvl", "busbw", "floor", "verdict",
+                      "cause"}] | null   (NVLink-domain profiles: fabricops.verify.nccl_scales),
      "results": [CheckResult.to_data()...]}
 
 Times are ISO-8601 UTC to the second: ``observed_from`` when the run began to gather evidence,
@@ -26,6 +28,7 @@ from typing import Any
 from fabricops import result as _result
 from fabricops.cliopts import terminal_safe, xml_safe
 from fabricops.errors import EXIT_FAILED, EXIT_NORUN, EXIT_OK
+from fabricops.verify import nccl_scales
 from fabricops.verify.pairs import blame
 from fabricops.verify.result import ERROR, FAIL, PASS, SKIP, CheckResult
 
@@ -187,6 +190,7 @@ def to_data(run: Any, not_checked: Any = None, status: int | None = None) -> dic
         ],
         "host_verdicts": host_verdicts(run, not_checked),
         "bad_parts": bad_parts(run),
+        "nccl_scales": nccl_scales.table_rows(run.results) or None,
         "results": [r.to_data() for r in run.results],
     }
 
@@ -372,6 +376,7 @@ def terminal(run: Any, not_checked: Any = None, status: int | None = None) -> st
                     cells.append(f"{name} {_fmt(r.measured)} {r.unit} ({r.op} {_fmt(r.threshold)})")
             ok = all(t.ok for t in tests.values())
             out.append(f"  {a} {da} <-> {b} {db}  " + "  ".join(cells) + f"  {'pass' if ok else 'FAIL'}")
+    out += nccl_scales.render_table(nccl_scales.table_rows(run.results))
     fails = [r for r in run.results if not r.ok]
     if fails:
         out += ["", "FAILURES"]

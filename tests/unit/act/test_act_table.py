@@ -239,3 +239,18 @@ def test_a_switch_that_could_not_be_read_quarantines_nothing(tmp_path):
     )
     run = run_act(report([unread]), FakeSlurm.cluster(), tmp_path)
     assert run.actions(QUARANTINE) == [] and run.actions(DRAIN) == [] and len(run.actions(MONITOR)) == 1
+
+
+def test_a_missing_imex_channel_drains_the_tray_and_a_domain_verdict_is_monitored(tmp_path):
+    """IMEX channel0 gone (after a reboot without NVreg_CreateImexChannel0=1): every multi-node NVLink
+    job on that tray fails, so the tray leaves service. The domain's verdict spans its trays (the one
+    that is down is in its message): a person decides."""
+    results = [
+        res("gpus", "imex_channel", "gpu03", "channel0", message="gpu03: IMEX channel0 is missing"),
+        res("gpus", "imex_domain", "gpu01,gpu02,gpu03,gpu04", "nvl72-01",
+            component={"kind": "fabric", "name": "nvl72-01"}, message="nvl72-01: gpu04 is down"),
+    ]
+    run = run_act(report(results), FakeSlurm.cluster(), tmp_path)
+    [drain] = run.actions(DRAIN)
+    assert (drain["node"], drain["reason"]) == ("gpu03", "fabricops: imex_channel gpu03")
+    assert len(run.actions(MONITOR)) == 1

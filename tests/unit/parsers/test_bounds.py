@@ -189,6 +189,8 @@ WORST_AT_CAP = {
     "mokutil-sb-state": ("head+lines", "0"),
     "mokutil-test-key": ("head+lines", "0"),
     "nccl-tests": ("row", "a100-8gpu-allreduce-old-error-column.txt:46"),
+    "nvidia-imex-ctl": ("row", "aws_parallelcluster_p6e_gb200_18_nodes.txt:33"),
+    "nvidia-imex-ctl-json": ("lines", "{"),
     "nvidia-smi-nvlink": ("head+lines", " "),
     "nvidia-smi-q": ("head+lines", "{"),
     "nvidia-smi-query": ("row", "a10_timestamp_units_header.txt:5"),
