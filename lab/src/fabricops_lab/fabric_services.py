@@ -5,8 +5,12 @@
 - :func:`fm_debs` / :func:`prepare`: a flat apt repository of ``nvidia-fabricmanager-<branch>``
   packages served with the MLNX_OFED repository at ``http://198.51.100.1:8080/nvidia-fabricmanager/``;
   it holds :data:`FM_VERSIONS`, i.e. the lab driver's version and an older one.
+- :func:`imex_debs`: ``nvidia-imex-<branch>`` packages (``nvidia-imex``, ``nvidia-imex-ctl``,
+  ``nvidia-imex.service``, ``/etc/nvidia-imex/config.cfg``) in the same repository, one per
+  :data:`FM_VERSIONS` entry (emul/imex.py; docs/lab-fidelity.md, "GB200 / GB300 NVL72 compute trays").
 - :func:`install_into_root`: what every host gets at boot (hook in ``hosts.install_emulated_software``):
-  the emulated ``modprobe``/``lsmod``/``rmmod`` front-ends and the ``emulated-hw-sm`` path unit.
+  the emulated ``modprobe``/``lsmod``/``rmmod`` front-ends, the ``emulated-hw-sm`` path unit and the
+  emulated NVIDIA driver's boot step (``emulated-nvidia-driver.service``: /proc/devices and IMEX channel0).
 - :func:`attach_host` / :func:`detach_host`: for a *running* lab: refresh a host's emulated
   software, bind the SM wire writable and set ``subnet_manager`` / ``fabric_manager`` in its
   ``hardware.json`` (the integration test uses this before the default topology flips).
@@ -30,6 +34,8 @@ FM_REPO = "nvidia-fabricmanager"
 OPENSM_VERSION = "5.18.0.MLNX20240128.3f266a48-0.1.2410114"
 MODULE_TOOLS = ("modprobe", "lsmod", "rmmod", "modinfo")
 SM_UNITS = ("emulated-hw-sm.path", "emulated-hw-sm.service")
+DRIVER_UNIT = "emulated-nvidia-driver.service"
+DRIVER_TOOL = "emulated-nvidia-driver-load"
 
 
 def wrapper(tool: str, vendor: str) -> bytes:
@@ -69,16 +75,36 @@ def fm_debs(versions: tuple[str, ...] = FM_VERSIONS) -> list[ofed_repo.Deb]:
     return debs
 
 
+def imex_debs(versions: tuple[str, ...] = FM_VERSIONS) -> list[ofed_repo.Deb]:
+    """``nvidia-imex-<branch>`` at each driver version (NVIDIA's CUDA repositories version them
+    ``<driver>-1``, as the fabric manager: gpu_platforms.yml ``imex``)."""
+    debs = []
+    for v in versions:
+        branch = v.split(".")[0]
+        vendor = f"nvidia-imex-{branch}"
+        files = {
+            "usr/bin/nvidia-imex": (wrapper("nvidia-imex", vendor), 0o755),
+            "usr/bin/nvidia-imex-ctl": (wrapper("nvidia-imex-ctl", vendor), 0o755),
+            "lib/systemd/system/nvidia-imex.service": ((DATA / "nvidia-imex.service").read_bytes(), 0o644),
+            "etc/nvidia-imex/config.cfg": ((DATA / "imex-config.cfg").read_bytes(), 0o644),
+            "usr/share/nvidia-imex/emulated-version": (f"{v}\n".encode(), 0o644),
+        }
+        debs.append(ofed_repo.Deb(vendor, f"{v}-1", "", "NVIDIA IMEX for multi-node NVLink", files, {},
+                                  conffiles=("/etc/nvidia-imex/config.cfg",), section="multiverse/devel"))
+    return debs
+
+
 def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS) -> dict[str, Any]:
     """Build the flat apt repository into ``out`` (replacing it); return its manifest."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     arch = ofed_repo.deb_arch()
-    for deb in fm_debs(versions):
+    for deb in (*fm_debs(versions), *imex_debs(versions)):
         ofed_repo.build_deb(deb, out, arch)
     ofed_repo.write_index(out, label="nvidia-fabricmanager (fabricops lab)")
-    manifest = {"versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)})}
+    manifest = {"versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)}),
+                "imex_packages": sorted({d.package for d in imex_debs(versions)})}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
@@ -98,7 +124,7 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = None
-    if not manifest or manifest.get("versions") != list(versions):
+    if not manifest or manifest.get("versions") != list(versions) or "imex_packages" not in manifest:
         manifest = build_fm_repo(out, versions)
     # Signed like a real repository (roles write signed-by; ofed_repo.sign_repo): the key is served
     # next to the MLNX_OFED one and handed to nvidia_fabric_manager through these facts.
@@ -115,7 +141,7 @@ def install_into_root(root: Path) -> None:
     """Module front-ends in /usr/local/sbin and the SM path unit (enabled), into a host root."""
     sbin = root / "usr/local/sbin"
     sbin.mkdir(parents=True, exist_ok=True)
-    for tool in (*MODULE_TOOLS, "emulated-hw-sm-sync"):
+    for tool in (*MODULE_TOOLS, "emulated-hw-sm-sync", DRIVER_TOOL):
         target = sbin / tool
         target.write_bytes(wrapper(tool, "the fabricops lab (emulated kernel modules)"))
         target.chmod(0o755)
@@ -128,6 +154,14 @@ def install_into_root(root: Path) -> None:
     link = wants / "emulated-hw-sm.path"
     if not link.is_symlink():
         link.symlink_to("/etc/systemd/system/emulated-hw-sm.path")
+    # the emulated NVIDIA driver's load at every boot: /proc/devices lists nvidia-caps-imex-channels
+    # and channel0 exists only if modprobe.d asks the driver for it (emul/imex.py driver_load)
+    (units / DRIVER_UNIT).write_bytes((DATA / DRIVER_UNIT).read_bytes())
+    boot = units / "multi-user.target.wants"
+    boot.mkdir(exist_ok=True)
+    link = boot / DRIVER_UNIT
+    if not link.is_symlink():
+        link.symlink_to(f"/etc/systemd/system/{DRIVER_UNIT}")
 
 
 def _hw_file(name: str) -> Path:

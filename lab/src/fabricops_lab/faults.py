@@ -448,6 +448,64 @@ def plan_driver_version(host: str, args: list[str]) -> Plan:
     return _hw_plan(host, hw, f"NVIDIA driver {args[0]} (was {old}); the fabric manager must match it")
 
 
+# --- GB200 / GB300 NVL72 (IMEX, NVLink switch trays; docs/lab-faults.md, docs/lab-fidelity.md) -------
+
+IMEX_CHANNEL = "/dev/nvidia-caps-imex-channels/channel0"
+#: the emulated driver's helper in every host (fabric_services.install_into_root)
+DRIVER_LOAD = "/usr/local/sbin/emulated-nvidia-driver-load"
+#: NVLink switch trays of an NVL72 rack: 9 trays of 2 NVSwitch chips, every GPU one link to each of
+#: the 18 chips (NVIDIA GB200 NVL72: 9 switch trays, 18 NVLinks per Blackwell GPU)
+NVL72_SWITCH_TRAYS = 9
+
+
+def _nvl72(host: str, kind: str) -> dict[str, Any]:
+    hw = _load_hw(host)
+    if not hw.get("nvlink_domain"):
+        raise FaultError(f"{kind}: {host} is not an NVL72 compute tray in an NVLink domain "
+                         "(topology hosts[].nvlink_domain)")
+    return hw
+
+
+def plan_imex_peer_down(host: str, args: list[str]) -> Plan:
+    """HOST's IMEX stops (killed, so it cannot say goodbye): every other node of its domain shows it
+    UNAVAILABLE and not connected in ``nvidia-imex-ctl -N``; clear starts it again."""
+    _nargs("imex-peer-down", args, 0, 0, "no arguments")
+    _nvl72(host, "imex-peer-down")
+    proc = _host_exec(host, ["systemctl", "is-active", "nvidia-imex"], check=False)
+    if proc.returncode != 0:
+        raise FaultError(f"imex-peer-down: nvidia-imex is not running on {host} "
+                         "(run the nvidia_imex role first)")
+    return Plan(summary="nvidia-imex killed (its peers see it UNAVAILABLE, connections lost)",
+                do=[["systemctl", "kill", "--signal=SIGKILL", "nvidia-imex"]],
+                undo=[["systemctl", "restart", "nvidia-imex"]])
+
+
+def plan_imex_channel_missing(host: str, args: list[str]) -> Plan:
+    """IMEX channel0 is gone, as after a reboot without NVreg_CreateImexChannel0=1 (NVIDIA IMEX
+    guide, imexchannels.html: channels do not persist across a reboot)."""
+    _nargs("imex-channel-missing", args, 0, 0, "no arguments")
+    _nvl72(host, "imex-channel-missing")
+    had = _host_exec(host, ["test", "-c", IMEX_CHANNEL], check=False).returncode == 0
+    return Plan(summary=f"{IMEX_CHANNEL} removed (as after a reboot without the module option)",
+                do=[["rm", "-f", IMEX_CHANNEL]], undo=[[DRIVER_LOAD, "mknod-channel0"]] if had else [])
+
+
+def plan_nvlink_tray_down(host: str, args: list[str]) -> Plan:
+    """The NVLinks between this compute tray and NVLink switch tray TRAY (1..9) are down: on every GPU
+    the two links to that tray's NVSwitch chips (links 2(TRAY-1) and 2(TRAY-1)+1, the emulator's
+    numbering) are inactive in ``nvidia-smi nvlink -s``."""
+    _nargs("nvlink-tray-down", args, 1, 1, f"TRAY (an NVLink switch tray, 1..{NVL72_SWITCH_TRAYS})")
+    if not args[0].isdigit() or not 1 <= int(args[0]) <= NVL72_SWITCH_TRAYS:
+        raise FaultError(f"TRAY must be 1..{NVL72_SWITCH_TRAYS}, not {args[0]!r}")
+    hw = _nvl72(host, "nvlink-tray-down")
+    tray = int(args[0])
+    links = [2 * (tray - 1), 2 * (tray - 1) + 1]
+    for gpu in hw.get("gpus", []):
+        gpu["inactive_nvlinks"] = sorted(set(gpu.get("inactive_nvlinks", [])) | set(links))
+    return _hw_plan(host, hw, f"NVLink switch tray {tray} unreachable: links {links[0]} and {links[1]} "
+                              f"inactive on all {len(hw.get('gpus', []))} GPUs")
+
+
 # --- PCIe faults (SPEC-19 C; hardware.json "pcie", docs/lab-faults.md) -------------------------
 
 PCIE_SPEEDS = (2.5, 5.0, 8.0, 16.0, 32.0, 64.0)  # GT/s of PCIe Gen1..Gen6
@@ -984,6 +1042,9 @@ HOST_KINDS: dict[str, tuple[Callable[[str, list[str]], Plan], str]] = {
     "kernel-upgrade": (plan_kernel_upgrade, "[VERSION] [--no-headers]"),
     "dkms-missing": (plan_dkms_missing, ""),
     "secure-boot": (plan_secure_boot, "[--enrolled]"),
+    "imex-peer-down": (plan_imex_peer_down, ""),
+    "imex-channel-missing": (plan_imex_channel_missing, ""),
+    "nvlink-tray-down": (plan_nvlink_tray_down, "TRAY"),
 }
 SWITCH_KINDS: dict[str, tuple[Callable[[Target, list[str]], Plan], str]] = {
     "session-drop": (plan_session_drop, "N"),

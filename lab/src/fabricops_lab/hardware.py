@@ -212,7 +212,7 @@ def hardware_json(topo: dict[str, Any], host: dict[str, Any], kernel: str | None
                 "inactive_nvlinks": [],
             }
         )
-    return {
+    out = {
         "host": host["name"],
         "kernel": kernel or kernel_release(),
         "hcas": hcas,
@@ -229,6 +229,19 @@ def hardware_json(topo: dict[str, Any], host: dict[str, Any], kernel: str | None
         # DMA-BUF capable) or `proprietary` ("NVIDIA")
         "gpu_kernel_module": "open",
     }
+    if host.get("nvlink_domain"):
+        out["nvlink_domain"] = nvlink_domain(host["nvlink_domain"], host["mgmt_ip"])
+    return out
+
+
+def nvlink_domain(name: str, address: str) -> dict[str, Any]:
+    """An NVL72 tray's NVLink domain as its GPUs report it (``nvidia-smi -q`` Fabric CliqueId and
+    ClusterUUID, one pair for every tray of the domain) and the address its IMEX peers reach it on
+    (the management address, ``ansible_host`` in the lab's inventory). Derived from the name: the
+    real values come from the NVLink switch trays' fabric manager (GB200: leptonai/gpud#1106)."""
+    h = _hexdigest("nvlink-domain", name)
+    return {"name": name, "cluster_uuid": f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
+            "clique_id": int(h[32:36], 16) % 32767 + 1, "address": address}
 
 
 def nic_affinity(hcas: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> dict[str, list[int]]:

@@ -310,6 +310,9 @@ def nspawn_argv(host: dict[str, Any]) -> list[str]:
         # the flow ledger: each perftest client writes its run there, so runs that share a cable
         # share its bandwidth and the switch port counters see the bytes (docs/lab-fidelity.md)
         f"--bind={paths.fabric_dir() / 'flows'}:/var/lib/emulated-fabric/flows",
+        # IMEX peers: each running nvidia-imex's record and heartbeat (emul/imex.py), read by the
+        # nvidia-imex-ctl of every node of its NVLink domain
+        f"--bind={paths.fabric_dir() / 'imex'}:/var/lib/emulated-fabric/imex",
         "--register=no",
         "--keep-unit",
         "--console=read-only",
@@ -325,6 +328,7 @@ def start_host(host: dict[str, Any], argv: list[str] | None = None) -> int:
     hd = paths.host_dir(host["name"])
     # the flow ledger bind needs its source (a lab made before the ledger existed, restarted host)
     (paths.fabric_dir() / "flows").mkdir(parents=True, exist_ok=True)
+    (paths.fabric_dir() / "imex" / "heartbeat").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network", SYSTEMD_COLORS="0")
     with open(hd / "console.log", "ab") as log_f:
         proc = subprocess.Popen(

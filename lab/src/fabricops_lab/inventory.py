@@ -51,6 +51,10 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
     gpu_hosts = {
         h["name"]: {"ansible_host": h["mgmt_ip"], "ipoib_host_index": h["index"]} for h in topo["hosts"]
     }
+    # the NVLink domain (NVL72 rack) of each compute tray that has one: nvidia_imex's node list
+    for h in topo["hosts"]:
+        if h.get("nvlink_domain"):
+            gpu_hosts[h["name"]]["fabricops_nvlink_domain"] = h["nvlink_domain"]
     groups: dict[str, dict[str, Any]] = {"onyx_switches": {}, "cumulus_switches": {}, "ib_switches": {}}
     running = lab.get("switches") or {}
     for sw in topo["switches"]:

@@ -45,9 +45,18 @@ GPU_MODELS: dict[str, tuple[int, int, int]] = {
     "NVIDIA A100-SXM4-80GB": (81920, 3, 12),
     "NVIDIA A100-SXM4-40GB": (40960, 3, 12),
     "NVIDIA B200": (183359, 5, 18),
+    # GB200 NVL72 compute tray GPU: 189471 MiB in real trays' `nvidia-smi` (drivers 580/590), NVLink 5
+    # with 18 links of 53.125 GB/s (NVIDIA/k8s-test-infra#371, `nvidia-smi nvlink -s` on a GB200)
+    "NVIDIA GB200": (189471, 5, 18),
     "Tesla V100-SXM2-32GB": (32768, 2, 6),
 }
 NVLINKS_PER_GEN = {1: 4, 2: 6, 3: 12, 4: 18, 5: 18}
+#: NVL72 compute trays (src/fabricops/model/data/profiles/gb200-nvl72.yml, gb300-nvl72.yml): 4 GPUs a
+#: tray, up to 18 trays in one NVLink domain (NVIDIA GB200 NVL Multi-Node Tuning Guide, 72x1). The
+#: GB300's memory is in no capture of our sources: a topology naming it gives memory_mib and nvlink_gen.
+NVL72_MODELS = ("NVIDIA GB200", "NVIDIA GB300")
+NVL72_GPUS_PER_TRAY = 4
+NVL72_MAX_TRAYS = 18
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 HCA_RE = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
@@ -62,7 +71,7 @@ TOP_KEYS = {
 #: Who runs the InfiniBand subnet manager: the managed switch, or OpenSM on hosts
 #: (docs/fabric-services.md, "The lab"); absent = switch.
 SUBNET_MANAGERS = ("switch", "hosts")
-HOST_KEYS = {"name", "profile", "gpus", "hcas"}
+HOST_KEYS = {"name", "profile", "gpus", "hcas", "nvlink_domain"}
 PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
@@ -205,6 +214,7 @@ class _Validator:
             seen[sw["name"]] = f"switches[{j}]"
             switches.append(sw)
 
+        self.nvlink_domains(hosts)
         cabling = self.cabling(top["cabling"], hosts, switches)
         links = self.links(top.get("links") or [], hosts, switches, cabling)
         subnet_manager = self.subnet_manager(top.get("subnet_manager", "switch"), switches, cabling)
@@ -226,6 +236,24 @@ class _Validator:
             "cabling": cabling,
             "links": links,
         }
+
+    def nvlink_domains(self, hosts: list[dict]) -> None:
+        """A domain's hosts are NVL72 compute trays, at most NVL72_MAX_TRAYS of them."""
+        members: dict[str, list[int]] = {}
+        for i, h in enumerate(hosts):
+            if h["nvlink_domain"] is None:
+                continue
+            if h["gpus"]["model"] not in NVL72_MODELS:
+                model = h["gpus"]["model"] or "no GPU"
+                raise self.err(f"hosts[{i}].nvlink_domain", f"{h['name']} has {model}, "
+                               f"not an NVL72 compute tray ({', '.join(NVL72_MODELS)}): only those share an "
+                               "NVLink domain")
+            members.setdefault(h["nvlink_domain"], []).append(i)
+        for name, idx in members.items():
+            if len(idx) > NVL72_MAX_TRAYS:
+                raise self.err(f"hosts[{idx[NVL72_MAX_TRAYS]}].nvlink_domain",
+                               f"NVLink domain {name!r} has {len(idx)} compute trays, more than the "
+                               f"{NVL72_MAX_TRAYS} of one NVL72 rack")
 
     def subnet_manager(self, value: Any, switches: list[dict], cabling: list[dict]) -> str:
         mode = self.choice(value, "subnet_manager", SUBNET_MANAGERS, "a subnet manager placement")
@@ -263,8 +291,13 @@ class _Validator:
             raise self.err(f"{where}.hcas", "is required (here or in the host's profile)")
         gpus = self.gpus(gpus_src, gpus_where) if gpus_src is not None else None
         hcas = self.hcas(hcas_src, hcas_where)
+        domain = None
+        if h.get("nvlink_domain") is not None:
+            domain = self.string(h["nvlink_domain"], f"{where}.nvlink_domain", NAME_RE,
+                                 "NVLink domain name (lower case, digits, '-')")
         return {
             "name": name,
+            "nvlink_domain": domain,
             "index": index,
             "mgmt_ip": f"{MGMT_NET}.{HOST_IP_BASE + index}",
             "gpus": gpus
@@ -288,6 +321,13 @@ class _Validator:
         topo = self.choice(
             g.get("topology", "nvswitch"), f"{where}.topology", GPU_TOPOLOGIES, "a GPU topology"
         )
+        if model in NVL72_MODELS:
+            if count != NVL72_GPUS_PER_TRAY:
+                raise self.err(f"{where}.count", f"{count} is not the {NVL72_GPUS_PER_TRAY} GPUs of an "
+                               f"NVL72 compute tray ({model})")
+            if gen != 5 or topo != "nvswitch":
+                raise self.err(f"{where}", f"{model} is NVLink 5 through the NVLink switch trays "
+                               "(nvlink_gen 5, topology nvswitch)")
         return {
             "model": model,
             "count": count,

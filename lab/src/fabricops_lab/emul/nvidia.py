@@ -69,13 +69,17 @@ class _Gpu:
             return "Hopper"
         if any(k in n for k in ("A100", "A800", "A30", "A10", "A40", "A6000")):
             return "Ampere"
-        if "B200" in n or "B100" in n or "GB200" in n:
+        if "B200" in n or "B100" in n or "GB200" in n or "GB300" in n:
             return "Blackwell"
         return "N/A"
 
     @property
     def power_limit(self) -> int:
         n = self.name
+        if "GB200" in n or "GB300" in n:
+            # 1200 W: real GB200 trays' `nvidia-smi` (Pwr:Usage/Cap "... / 1200W", drivers 580/590);
+            # GB300: no capture in our sources, GB200's figure is used (docs/lab-fidelity.md)
+            return 1200
         if any(k in n for k in ("H100 80GB", "H200", "H800", "B200")):
             return 1000 if "B200" in n else 700
         if "A100" in n or "A800" in n:
@@ -185,7 +189,24 @@ def _sec(indent: int, key: str) -> str:
     return " " * indent + key
 
 
+def _clique(hw: dict[str, Any], state: str) -> tuple[Any, str]:
+    """(CliqueId, ClusterUUID) of ``nvidia-smi -q``'s Fabric block. An NVL72 tray in an NVLink domain
+    (hardware.json ``nvlink_domain``) reports the domain's: leptonai/gpud#1106 shows a GB200 tray's GPUs
+    with one clique_id (4026) and one cluster_uuid, state Completed / status Success; an HGX baseboard
+    reports clique 0 and an all-zero cluster UUID (meta-pytorch/torchcomms#1385, H100)."""
+    dom = hw.get("nvlink_domain") or {}
+    if state == "N/A":
+        return "N/A", "N/A"
+    if dom.get("cluster_uuid"):
+        return int(dom.get("clique_id", 0)), str(dom["cluster_uuid"])
+    return 0, "00000000-0000-0000-0000-000000000000"
+
+
 def _fabric(hw: dict[str, Any], g: _Gpu) -> tuple[str, str]:
+    if hw.get("nvlink_domain") and g.arch == "Blackwell":
+        # MNNVL: the NVLink switch trays' fabric manager (NMX) configures the fabric, not the host;
+        # the host sees Completed / Success once its tray is in the domain (leptonai/gpud#1106)
+        return "Completed", "Success"
     if hw.get("gpu_topology") != "nvswitch" or g.arch not in ("Hopper", "Blackwell"):
         return "N/A", "N/A"
     fs = services.fabric_state(hw)  # a fabric manager the host must run (hardware.json fabric_manager)
@@ -206,6 +227,7 @@ def _q_gpu(hw: dict[str, Any], g: _Gpu) -> list[str]:
     draw = float(g.raw.get("power_draw_w", 71.53))
     cur_g, mem, video, max_g, max_mem, max_video, boost = g.clocks
     state, status = _fabric(hw, g)
+    clique, cluster = _clique(hw, state)
     atomic = "FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64 "
     s, k = _sec, _kv
     out = [
@@ -306,8 +328,8 @@ def _q_gpu(hw: dict[str, Any], g: _Gpu) -> list[str]:
         s(4, "Clock Policy"), k(8, "Auto Boost", "N/A"), k(8, "Auto Boost Default", "N/A"),
         s(4, "Voltage"), k(8, "Graphics", "685.000 mV"),
         s(4, "Fabric"), k(8, "State", state), k(8, "Status", status),
-        k(8, "CliqueId", 0 if state != "N/A" else "N/A"),
-        k(8, "ClusterUUID", "00000000-0000-0000-0000-000000000000" if state != "N/A" else "N/A"),
+        k(8, "CliqueId", clique),
+        k(8, "ClusterUUID", cluster),
         s(8, "Health"), k(12, "Bandwidth", "N/A"),
         k(4, "Processes", "None"),
         s(4, "Capabilities"), k(8, "EGM", "disabled"),

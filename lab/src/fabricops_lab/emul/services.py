@@ -706,4 +706,8 @@ TOOLS = {
 
 
 def main(tool: str, argv: list[str] | None = None) -> int:
-    return int(TOOLS[tool](list(sys.argv[1:] if argv is None else argv)) or 0)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if tool not in TOOLS:
+        from . import imex  # nvidia-imex, nvidia-imex-ctl, the driver's boot step (emul/imex.py)
+        return int(imex.TOOLS[tool](args) or 0)
+    return int(TOOLS[tool](args) or 0)
