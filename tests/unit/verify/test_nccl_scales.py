@@ -28,6 +28,7 @@ B = ["tray05", "tray06", "tray07", "tray08"]
 HOSTS = A + B
 DOMAIN = {**dict.fromkeys(A, "nvl72-a"), **dict.fromkeys(B, "nvl72-b")}
 GBS = {"NDR": 50.0, "XDR": 100.0}
+ADDR = {h: f"192.0.2.{i}" for i, h in enumerate(HOSTS, start=11)}  # each tray's IMEX address
 
 
 def hostvars(hosts=HOSTS, profile="gb200-nvl72", speed="NDR", domains=DOMAIN, **extra):
@@ -39,7 +40,8 @@ def hostvars(hosts=HOSTS, profile="gb200-nvl72", speed="NDR", domains=DOMAIN, **
     ]
     out = {}
     for h in hosts:
-        hv = {"fabricops_hardware_profile": profile, "fabricops_cabling": cabling, "nccl_profile_name": "ib"}
+        hv = {"fabricops_hardware_profile": profile, "fabricops_cabling": cabling, "nccl_profile_name": "ib",
+              "ansible_host": ADDR[h]}
         if domains.get(h):
             hv["fabricops_nvlink_domain"] = domains[h]
         hv.update(extra)
@@ -50,8 +52,9 @@ def hostvars(hosts=HOSTS, profile="gb200-nvl72", speed="NDR", domains=DOMAIN, **
 class FakeNvl:
     """mpirun + nccl-tests on NVL72 trays, from the command line only."""
 
-    def __init__(self, node=480.0, nvl=None, rates=None, speed="NDR", domains=DOMAIN, spine=1.0):
+    def __init__(self, node=480.0, nvl=None, rates=None, speed="NDR", domains=DOMAIN, spine=1.0, imex_down=()):
         self.node, self.spine = node, spine  # spine: the share of busbw left between domains
+        self.imex_down = set(imex_down)  # trays whose nvidia-imex is stopped
         self.nvl = {"nvl72-a": 700.0, "nvl72-b": 700.0, **(nvl or {})}
         self.rates = {(h, c): GBS[speed] for h in HOSTS for c in HCAS}
         self.rates.update(rates or {})
@@ -61,6 +64,8 @@ class FakeNvl:
     def __call__(self, host, command, timeout=60):
         if command == "ibstat":
             return {"rc": 1, "stdout": "", "stderr": "not asked"}
+        if command.startswith("nvidia-imex-ctl "):
+            return self.imex(host)
         self.calls.append((host, command))
         argv = shlex.split(command)
         hostslots = argv[argv.index("-H") + 1].split(",")
@@ -78,6 +83,31 @@ class FakeNvl:
                 peak *= self.spine
         binary = next(a for a in argv if a.endswith("_perf"))
         return {"rc": 0, "stdout": nccl_text(hosts, slots, peak, binary, 1 << 30, {}), "stderr": ""}
+
+    def imex(self, host):
+        """``nvidia-imex-ctl -N -j`` as HOST's IMEX sees its domain (the payload of
+        tests/fixtures/nvidia-imex-ctl-json): a stopped IMEX does not answer, its peers see it
+        UNAVAILABLE and not connected."""
+        if host in self.imex_down:
+            return {"rc": 1, "stdout": "", "stderr": "Connection refused"}
+        members = [h for h in HOSTS if self.domains.get(h) == self.domains.get(host)]
+
+        def up(h):
+            return h not in self.imex_down
+
+        nodes = {
+            str(i): {
+                "status": "READY" if up(h) else "UNAVAILABLE", "host": ADDR[h], "version": "570.172",
+                "connections": {
+                    str(j): {"host": ADDR[p], "status": "CONNECTED" if up(h) and up(p) else "INVALID"}
+                    for j, p in enumerate(members)
+                },
+            }
+            for i, h in enumerate(members)
+        }
+        status = "UP" if all(up(h) for h in members) else "DEGRADED"
+        return {"rc": 0, "stdout": json.dumps({"nodes": nodes, "timestamp": "12/7/2026 18:20:00.000",
+                                               "status": status}), "stderr": ""}
 
     def commands(self, mnnvl=None):
         return [(h, c) for h, c in self.calls if mnnvl is None or f"NCCL_MNNVL_ENABLE={mnnvl}" in c]
@@ -154,7 +184,9 @@ def test_all_groups_healthy_pass_with_their_floors():
     across = scale(vr, "across domains")
     assert across.status == "pass" and across.device == "all_reduce MNNVL=0"
     assert all(r.ok for r in vr.results), [r.message for r in vr.results if not r.ok]
-    assert {r.check for r in vr.results} == {"nccl_busbw", "nccl_gdr"}
+    # under --only nccl the IMEX domain check runs first: both domains healthy, so both MNNVL runs started
+    assert {r.check for r in vr.results} == {"nccl_busbw", "nccl_gdr", "imex_domain"}
+    assert sorted(r.device for r in vr.results if r.check == "imex_domain") == ["nvl72-a", "nvl72-b"]
     assert report.exit_status(vr) == 0
 
 
@@ -323,3 +355,18 @@ def test_json_has_no_table_for_other_profiles():
     vr = run_phase(FakeMpi())
     assert json.loads(report.to_json(vr))["nccl_scales"] is None
     assert "NCCL SCALES" not in report.terminal(vr)
+
+
+def test_a_tray_whose_imex_is_down_keeps_its_domains_mnnvl_run_from_starting():
+    """Through verify(): the IMEX domain check runs first (also under --only nccl) and a domain it did
+    not pass gets no MNNVL=1 run; the other domain, its network runs and every tray's own run go on."""
+    fake = FakeNvl(imex_down={"tray02"})
+    vr = run_nccl(fake)
+    [dom] = [r for r in vr.results if r.check == "imex_domain" and r.status != "pass"]
+    assert dom.device == "nvl72-a" and "tray02" in dom.details["down"], dom.message
+    started = {tuple(h.split(":")[0] for h in shlex.split(c)[shlex.split(c).index("-H") + 1].split(","))
+               for _, c in fake.commands(mnnvl=1)}
+    assert started == {tuple(B)}, started
+    blocked = scale(vr, "intra-domain nvl72-a", 1)
+    assert blocked.status == "error" and "imex_domain nvl72-a" in (blocked.caused_by or ""), blocked.message
+    assert scale(vr, "intra-domain nvl72-a", 0).status == "pass"
