@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devstate
+from .services import _err, _hw, _out  # the emulated tools' output and hardware helpers
 
 CONFIG = "/etc/nvidia-imex/config.cfg"
 DEFAULT_NODES = "/etc/nvidia-imex/nodes_config.cfg"
@@ -90,23 +91,6 @@ USAGE = (
     "Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|-c <nvidia-imex config.cfg path>] "
     "<-n|-N|-q|-s|-d|-m> [-t <timeout>]"
 )
-
-
-def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def _hw() -> dict[str, Any]:
-    try:
-        return devstate.load_hardware()
-    except (OSError, ValueError):
-        return {}
 
 
 # --- the driver: /proc/devices and the channel device --------------------------------------------
