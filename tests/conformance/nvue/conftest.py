@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from fabricops_lab.switchd.server import serve
+from fabricops_lab.switchd.server import close, serve
 
 PASSWORD = "conf-secret"
 
@@ -53,13 +53,7 @@ class NvueLab:
         return json.loads(self.fabric.read_text())
 
     def close(self):
-        async def _close():
-            self.acceptor._fabricops_ticker.cancel()
-            self.api.close()
-            self.acceptor.close()
-            await self.acceptor.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(_close(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(close(self.acceptor), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 

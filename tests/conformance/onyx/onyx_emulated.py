@@ -15,7 +15,7 @@ from typing import Any
 import asyncssh
 import yaml
 
-from fabricops_lab.switchd.server import serve
+from fabricops_lab.switchd.server import close, serve
 
 PASSWORD = "conformance-secret"
 NAME = "leaf-onyx"
@@ -51,11 +51,7 @@ class OnyxUnderTest:
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {' '.join(pub)}\n")
 
     def close(self) -> None:
-        async def _close() -> None:
-            self.acceptor.close()
-            await self.acceptor.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(_close(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(close(self.acceptor), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 

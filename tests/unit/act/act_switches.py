@@ -21,7 +21,7 @@ import asyncssh
 
 from fabricops_lab.switchd.nvue import NvueSession
 from fabricops_lab.switchd.onyx import OnyxSession
-from fabricops_lab.switchd.server import serve
+from fabricops_lab.switchd.server import close, serve
 
 _spec = importlib.util.spec_from_file_location(
     "_switch_conftest", Path(__file__).parents[1] / "switch" / "conftest.py"
@@ -71,14 +71,7 @@ class SshSwitch:
         self.known_line = f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}"
 
     def close(self) -> None:
-        async def _c():
-            t = getattr(self.acceptor, "_fabricops_ticker", None)
-            if t:
-                t.cancel()
-            self.acceptor.close()
-            await self.acceptor.wait_closed()
-
-        self.loop.run(_c())
+        self.loop.run(close(self.acceptor))
 
 
 def show(switch: Any, os_name: str, command: str) -> str:

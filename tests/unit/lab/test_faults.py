@@ -572,9 +572,7 @@ def test_switchd_ticker_applies_a_fault_without_a_session(two_tier, tmp_path):
                 await asyncio.sleep(0.05)
             return json.loads(fabric.read_text())["ports"]["Eth1/18"]
         finally:
-            acc._fabricops_ticker.cancel()
-            acc.close()
-            await acc.wait_closed()
+            await server.close(acc)
 
     entry = asyncio.run(main())
     assert entry["link"] == "down"

@@ -18,7 +18,7 @@ from fabricops.parsers.onyx import parse_ecn, parse_pfc, parse_qos_trust, parse_
 from fabricops.roce.platforms.nvue import nvue_facts
 from fabricops_lab.switchd.nvue import NvueSession, NvueSwitch
 from fabricops_lab.switchd.onyx import OnyxSession, OnyxSwitch
-from fabricops_lab.switchd.server import serve
+from fabricops_lab.switchd.server import close, serve
 
 PASSWORD = "lab-secret"
 
@@ -64,17 +64,7 @@ class Lab:
         self.switch = self.acceptor._fabricops_switch
 
     def stop(self):
-        async def _close():
-            ticker = getattr(self.acceptor, "_fabricops_ticker", None)
-            if ticker:
-                ticker.cancel()
-            api = getattr(self.acceptor, "_fabricops_api", None)
-            if api:
-                api.close()
-            self.acceptor.close()
-            await self.acceptor.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(_close(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(close(self.acceptor), self.loop).result(10)
 
     def connect(self, device_type, **kw):
         user = "admin" if self.os_name == "onyx" else "cumulus"

@@ -21,7 +21,7 @@ import pytest
 from fabricops.switch import transport
 from fabricops.switch.access import SwitchAccessError, from_inventory_json, switch_connection
 from fabricops.switch.errors import SwitchError
-from fabricops_lab.switchd.server import serve
+from fabricops_lab.switchd.server import close, serve
 
 PASSWORD = "s3cret-Pw{{x}}"
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
@@ -83,14 +83,7 @@ class Switch:
         self.loop = loop
 
     def close(self):
-        async def _c():
-            t = getattr(self.acceptor, "_fabricops_ticker", None)
-            if t:
-                t.cancel()
-            self.acceptor.close()
-            await self.acceptor.wait_closed()
-
-        self.loop.run(_c())
+        self.loop.run(close(self.acceptor))
 
 
 @pytest.fixture
@@ -291,11 +284,7 @@ def bastion(env, loop, tmp_path):
     Bastion.forwarded = []
     yield port
 
-    async def stop():  # on the loop's own thread: asyncssh servers are not thread-safe
-        acceptor.close()
-        await acceptor.wait_closed()
-
-    loop.run(stop())
+    loop.run(close(acceptor))  # on the loop's own thread: asyncssh servers are not thread-safe
 
 
 def _ssh_config(env, bastion_port, proxy_line):

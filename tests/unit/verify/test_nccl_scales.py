@@ -52,7 +52,8 @@ def hostvars(hosts=HOSTS, profile="gb200-nvl72", speed="NDR", domains=DOMAIN, **
 class FakeNvl:
     """mpirun + nccl-tests on NVL72 trays, from the command line only."""
 
-    def __init__(self, node=480.0, nvl=None, rates=None, speed="NDR", domains=DOMAIN, spine=1.0, imex_down=()):
+    def __init__(self, node=480.0, nvl=None, rates=None, speed="NDR", domains=DOMAIN, spine=1.0,
+                 imex_down=()):
         self.node, self.spine = node, spine  # spine: the share of busbw left between domains
         self.imex_down = set(imex_down)  # trays whose nvidia-imex is stopped
         self.nvl = {"nvl72-a": 700.0, "nvl72-b": 700.0, **(nvl or {})}

@@ -24,7 +24,7 @@ from .nvue_api import NvueApiServer
 from .onyx import OnyxSession, OnyxSwitch
 from .state import sync_faults
 
-__all__ = ["SwitchServer", "build_switch", "serve"]
+__all__ = ["SwitchServer", "build_switch", "close", "serve"]
 
 log = logging.getLogger("fabricops_lab.switchd")
 USERS = {"onyx": "admin", "cumulus": "cumulus"}
@@ -241,3 +241,18 @@ async def serve(
             acceptor._fabricops_api = api  # type: ignore[attr-defined]
     acceptor._fabricops_switch = switch  # type: ignore[attr-defined]
     return acceptor
+
+
+async def close(acceptor: asyncssh.SSHAcceptor) -> None:
+    """Stop a switch :func:`serve` started, on its event loop: its fault/confirm ticker, its NVUE REST
+    API, then the SSH listener (a ticker left pending is destroyed with the loop, and asyncio says so)."""
+    ticker = getattr(acceptor, "_fabricops_ticker", None)
+    if ticker is not None:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    api = getattr(acceptor, "_fabricops_api", None)
+    if api is not None:
+        api.close()
+    acceptor.close()
+    await acceptor.wait_closed()
