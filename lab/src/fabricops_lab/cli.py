@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         "--topology",
         metavar="NAME|FILE",
         help="a lab topology by name (default: the 4-host HGX H100 rack; two-tier: 8 hosts on leaf-spine "
-        "InfiniBand and RoCE fabrics) or a topology file",
+        "InfiniBand and RoCE fabrics; gb200: two NVLink domains of two GB200 NVL72 trays) or a topology file",
     )
     up.add_argument(
         "--hosts", type=int, metavar="N", help="that topology's shape with N hosts (default topology if none)"

@@ -8,6 +8,8 @@
 - :func:`imex_debs`: ``nvidia-imex-<branch>`` packages (``nvidia-imex``, ``nvidia-imex-ctl``,
   ``nvidia-imex.service``, ``/etc/nvidia-imex/config.cfg``) in the same repository, one per
   :data:`FM_VERSIONS` entry (emul/imex.py; docs/lab-fidelity.md, "GB200 / GB300 NVL72 compute trays").
+- :func:`install_driver_source` (from :func:`prepare`): on NVL72 trays, the driver's apt source (this
+  repository, as NVIDIA's CUDA repository is on a real tray), from which the nvidia_imex role installs.
 - :func:`install_into_root`: what every host gets at boot (hook in ``hosts.install_emulated_software``):
   the emulated ``modprobe``/``lsmod``/``rmmod`` front-ends, the ``emulated-hw-sm`` path unit and the
   emulated NVIDIA driver's boot step (``emulated-nvidia-driver.service``: /proc/devices and IMEX channel0).
@@ -131,8 +133,40 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
     key_sha256 = ofed_repo.export_key(paths.repo_dir() / ofed_repo.KEY_FILE)
     ofed_repo.sign_repo(out)
     base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
+    install_driver_source(lab, f"{base}/{FM_REPO}")
     return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"],
             "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}", "repo_key_sha256": key_sha256}
+
+
+#: The apt source an NVL72 tray's driver was installed from (NVIDIA's CUDA repository, which carries
+#: nvidia-imex-<branch>; the nvidia_imex role installs from the sources a host has, as on a real tray).
+DRIVER_SOURCE = "etc/apt/sources.list.d/nvidia-cuda.list"
+DRIVER_KEYRING = "usr/share/keyrings/nvidia-cuda-lab.gpg"
+
+
+def install_driver_source(lab: dict[str, Any], repo_url: str) -> None:
+    """On every NVL72 tray (a host with an ``nvlink_domain``): the driver's apt source (the lab's
+    repository, signed with its key) and its package lists, as a driver installed from NVIDIA's CUDA
+    repository leaves them. HGX hosts get nothing (their fabric manager role brings its own source)."""
+    from fabricops_lab import hosts
+
+    key = paths.repo_dir() / ofed_repo.KEY_FILE
+    for h in (lab.get("topology") or {}).get("hosts") or []:
+        root = paths.host_dir(h["name"]) / "root"
+        if not h.get("nvlink_domain") or not (root / "etc").is_dir() or not key.is_file():
+            continue
+        (root / DRIVER_KEYRING).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(key, root / DRIVER_KEYRING)
+        (root / DRIVER_SOURCE).write_text(
+            f"# the NVIDIA driver's repository (fabricops lab: emulated CUDA repository)\n"
+            f"deb [signed-by=/{DRIVER_KEYRING}] {repo_url} ./\n"
+        )
+        try:
+            update = ["apt-get", "update", "-qq", "-o", f"Dir::Etc::sourcelist=/{DRIVER_SOURCE}",
+                      "-o", "Dir::Etc::sourceparts=-", "-o", "APT::Get::List-Cleanup=0"]
+            hosts.host_exec(h["name"], update, check=False, timeout=120)
+        except FabricopsError:
+            continue  # a host that is not running: the source is in its root, the role reads it stale
 
 
 # --- hosts ------------------------------------------------------------------------------------

@@ -476,7 +476,9 @@ def plan_imex_peer_down(host: str, args: list[str]) -> Plan:
         raise FaultError(f"imex-peer-down: nvidia-imex is not running on {host} "
                          "(run the nvidia_imex role first)")
     return Plan(summary="nvidia-imex killed (its peers see it UNAVAILABLE, connections lost)",
-                do=[["systemctl", "kill", "--signal=SIGKILL", "nvidia-imex"]],
+                # the daemon by name, not `systemctl kill`: in a lab host on a cgroup v1 machine systemd
+                # can neither walk the unit's cgroup ("Input/output error") nor always guess its main PID
+                do=[["pkill", "--signal", "KILL", "-x", "nvidia-imex"]],
                 undo=[["systemctl", "restart", "nvidia-imex"]])
 
 

@@ -200,6 +200,14 @@ def destroy_host_netns(host: dict[str, Any]) -> None:
         run(["ip", "netns", "del", ns], check=False)
     if link_exists(mgmt_veth(host["index"])):
         run(["ip", "link", "del", mgmt_veth(host["index"])], check=False)
+    # The kernel frees a deleted namespace, and with it the fabric-side ends of its veths, only when
+    # nothing refers to it any more; a host restarting while its old namespace lingers would find those
+    # names taken ("File exists"). Deleting one end of a veth deletes the pair.
+    for k, hca in enumerate(host.get("hcas") or []):
+        for p in hca.get("ports") or []:
+            end = fabric_veth(host["index"], k, p["port"])
+            if link_exists(end, FABRIC_NS):
+                run(["ip", "-n", FABRIC_NS, "link", "del", end], check=False)
 
 
 def port_link(host_index: int, hca_index: int, port: int, up: bool) -> None:

@@ -513,7 +513,8 @@ def test_fault_imex_peer_down_kills_and_clear_restarts(gb_lab):
     lab, fake = gb_lab
     rec = faults.inject("tray02", "imex-peer-down", [], lab=lab)
     assert rec["undo"] == [["systemctl", "restart", "nvidia-imex"]]
-    assert ("tray02", ["systemctl", "kill", "--signal=SIGKILL", "nvidia-imex"]) in fake.calls
+    kill = ["pkill", "--signal", "KILL", "-x", "nvidia-imex"]
+    assert ("tray02", kill) in fake.calls
     faults.clear("tray02", lab=lab)
     assert fake.calls[-1] == ("tray02", ["systemctl", "restart", "nvidia-imex"])
     fake.active = False
@@ -552,3 +553,22 @@ def test_fault_nvlink_tray_down_shows_inactive_links(gb_lab, monkeypatch, capsys
     faults.clear("tray03", lab=lab)
     hw = json.loads((paths.host_dir("tray03") / "hw" / "hardware.json").read_text())
     assert all(g["inactive_nvlinks"] == [] for g in hw["gpus"])
+
+
+def test_nccl_runs_over_mnnvl_only_within_one_healthy_domain():
+    from fabricops_lab.emul import nccl
+
+    def tray(clique="uuid/1", channel=True, running=True):
+        return {"host": "t", "gpus": [{"gen": 5, "links": 18}] * 4,
+                "mnnvl": {"clique": clique, "channel": channel, "imex": running}}
+
+    got = nccl.peak_busbw("all_reduce", [tray(), tray()], [{}, {}])
+    assert got["mnnvl"] and got["busbw"] == pytest.approx(nccl.EFFICIENCY * 50.0 * 18)
+    for trays, envs in [
+        ([tray(), tray()], [{"NCCL_MNNVL_ENABLE": "0"}, {}]),  # the network on purpose
+        ([tray(), tray(clique="other/2")], [{}, {}]),  # two NVLink domains
+        ([tray(), tray(channel=False)], [{}, {}]),  # no IMEX channel to open
+        ([tray(), tray(running=False)], [{}, {}]),  # IMEX down on one tray
+        ([tray(), dict(tray(), mnnvl=None)], [{}, {}]),  # an HGX host
+    ]:
+        assert not nccl.mnnvl_used(trays, envs)

@@ -394,7 +394,33 @@ def rank_info(program: str | None = None) -> dict[str, Any]:
         "iommu": iommu_types() or sorted(set(((hw.get("pcie") or {}).get("iommu_groups") or {}).values())),
         "acs_redirect": None if redirect is None else sorted(redirect),
         "oob": _oob(conf, host),
+        "mnnvl": mnnvl_state(hw),
     }
+
+
+def mnnvl_state(hw: dict[str, Any]) -> dict[str, Any] | None:
+    """What NCCL's multi-node NVLink needs on an NVL72 tray: the GPUs' fabric clique (``nvidia-smi -q``
+    Fabric ClusterUUID / CliqueId, one per NVLink domain), IMEX channel0 to open and this node's IMEX
+    daemon running (fabric memory handles are imported through it). None: not in an NVLink domain."""
+    dom = hw.get("nvlink_domain")
+    if not dom:
+        return None
+    from . import imex
+
+    return {"clique": f"{dom.get('cluster_uuid')}/{dom.get('clique_id')}",
+            "channel": imex.channel_path().exists(), "imex": imex.local_daemon() is not None}
+
+
+def mnnvl_used(hosts: list[dict[str, Any]], envs: list[dict[str, str]]) -> bool:
+    """NCCL connects the nodes over NVLink (MNNVL) when every rank's tray is in the same clique with a
+    channel and a running IMEX, unless NCCL_MNNVL_ENABLE=0 (NCCL docs, Troubleshooting, "Multi-node
+    NVLink (MNNVL) issues"; the default 2 uses it where supported). Otherwise the network carries it."""
+    states = [h.get("mnnvl") for h in hosts]
+    if len(hosts) < 2 or any(not st for st in states):
+        return False
+    if any(e.get("NCCL_MNNVL_ENABLE", "2").strip() == "0" for e in envs):
+        return False
+    return len({st["clique"] for st in states}) == 1 and all(st["channel"] and st["imex"] for st in states)
 
 
 def nccl_rank_info(argv: list[str]) -> int:
@@ -479,6 +505,9 @@ def peak_busbw(
     nv = EFFICIENCY * min(nvlink_gbs(h) for h in hosts)
     if len(hosts) == 1:
         out["busbw"] = nv
+        return out
+    if mnnvl_used(hosts, envs):
+        out.update(busbw=nv, mnnvl=True)  # the trays' NVLink (switch trays), not the network
         return out
     rails = [selected_rails(h, e) for h, e in zip(hosts, envs, strict=True)]
     if any(not r for r in rails):
@@ -973,8 +1002,9 @@ class Job:
                     add("NET", f"NET/IB : GPU Direct RDMA {'Enabled' if gdr else 'Disabled'} for HCA {k} "
                                f"'{r['device']}'")
             local = by_host[d["host"]]
+            mnnvl = 1 if phys.get("mnnvl") else 0
             add("INIT", f"comm {comm} rank {d['rank']} nRanks {nranks} nNodes {len(nodes)} localRanks "
-                        f"{len(local)} localRank {d['local']} MNNVL 0")  # src/init.cc:1044
+                        f"{len(local)} localRank {d['local']} MNNVL {mnnvl}")  # src/init.cc:1044
             if len(nodes) > 1:
                 pos = nodes.index(d["host"])
                 nxt, prv = by_host[nodes[(pos + 1) % len(nodes)]], by_host[nodes[pos - 1]]
