@@ -9,10 +9,10 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from test_emul_services import wait_for
 
 from fabricops import imex as product_imex
 from fabricops.parsers.nvidia_smi import parse_nvlink
@@ -338,15 +338,6 @@ def domain(tmp_path):
         if p.poll() is None:
             p.terminate()
             p.communicate(timeout=10)
-
-
-def wait_for(pred, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def node_lines(out):
