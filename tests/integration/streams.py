@@ -17,9 +17,10 @@ from __future__ import annotations
 import sys
 
 STREAMS: dict[str, list[str]] = {
-    # host faults, the installed package, monitoring and drift, on gpu03 and gpu04
+    # host faults, the installed package, monitoring and drift, on gpu03 and gpu04; the ipoib role
+    # on gpu03, the netplan host variant (restarted once)
     "gpu03-gpu04": ["test_host_faults.py", "test_install_like_a_user.py", "test_monitor.py",
-                    "test_site_drift.py"],
+                    "test_site_drift.py", "test_os_variants.py"],
     # MLNX_OFED, DOCA-Host and NIC firmware on gpu02; the IPoIB, NCCL and RoCE host roles on gpu01;
     # the lab's Slurm through slurmctl (drains and resumes gpu02 in Slurm only: no host state);
     # fabricops act on gpu01 and gpu02 (port faults cleared, drains resumed); verify's pair rounds as

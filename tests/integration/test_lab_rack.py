@@ -57,8 +57,17 @@ def test_each_host_sees_only_its_own_interfaces(ssh, lab):
 
 
 def test_roce_addresses_from_the_hosts_own_config(ssh):
-    conf = ssh("gpu03", "cat /etc/network/interfaces.d/enp170s0f0np0").stdout
-    assert "address 203.0.113.3/26" in conf
+    conf = ssh("gpu02", "cat /etc/network/interfaces.d/enp170s0f0np0").stdout
+    assert "address 203.0.113.2/26" in conf
+    # gpu03 is the netplan variant: its provisioning's netplan file, applied by systemd-networkd
+    conf = ssh("gpu03", "cat /etc/netplan/00-installer-config.yaml").stdout
+    assert "enp170s0f0np0:" in conf and "203.0.113.3/26" in conf
+    no_ifupdown = ssh("gpu03", "test -e /etc/network/interfaces.d || test -x /sbin/ifup", check=False)
+    assert no_ifupdown.returncode == 1
+    # systemd-networkd manages the port from netplan's generated file (its setup state reads
+    # "configuring" until IPv6 link-local is acquired, so the file is what is asserted)
+    status = ssh("gpu03", "networkctl status enp170s0f1np1").stdout
+    assert "/run/systemd/network/10-netplan-enp170s0f1np1.network" in status, status
     out = ssh("gpu03", "ip -o -4 addr show dev enp170s0f1np1").stdout
     assert "203.0.113.67/26" in out
     # same rail, through the leaf's bridge

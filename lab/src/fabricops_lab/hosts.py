@@ -182,6 +182,57 @@ def interfaces_files(host: dict[str, Any]) -> dict[str, str]:
     return files
 
 
+def _static_addresses(host: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(netdev, address/prefix, comment) the rack's provisioning configures: management eth0 and
+    the RoCE addresses (203.0.113.0/24, one /26 per rail). IPoIB is left to the ipoib role."""
+    out = [("eth0", f"{host['mgmt_ip']}/24", "management")]
+    for hca in host["hcas"]:
+        for p in hca["ports"]:
+            if p["link_layer"] == "Ethernet" and p.get("address"):
+                out.append((p["netdev"], f"{p['address']}/{p['prefix']}",
+                            f"RoCE rail {p['rail']} ({hca['name']} port {p['port']})"))
+    return out
+
+
+#: the netplan file the provisioning writes on a `netplan` host (Ubuntu Server's installer, subiquity,
+#: names its file so), mode 0600 as netplan 0.106 wants
+NETPLAN_FILE = "etc/netplan/00-installer-config.yaml"
+#: NetworkManager's keyfile directory and the lab's configuration snippet
+NM_CONNECTIONS = "etc/NetworkManager/system-connections"
+NM_CONF = "etc/NetworkManager/conf.d/00-fabricops-lab.conf"
+
+
+def network_files(host: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """The host's network configuration as the rack's provisioning writes it, in the host variant's
+    own stack (image-recipe.yml, variants): path under the root -> (text, mode)."""
+    variant = host.get("variant") or "default"
+    addrs = _static_addresses(host)
+    if variant == "netplan":
+        lines = ["# written by the rack's provisioning (fabricops lab)", "network:", "  version: 2",
+                 "  ethernets:"]
+        for netdev, cidr, comment in addrs:
+            lines += [f"    {netdev}:  # {comment}", "      dhcp4: false", f"      addresses: [{cidr}]"]
+        return {NETPLAN_FILE: ("\n".join(lines) + "\n", 0o600)}
+    if variant == "networkmanager":
+        files = {
+            # a server's NetworkManager makes no "Wired connection N" (DHCP) for an unconfigured port
+            # (RHEL's kickstart and cloud images set it so): the fabric ports wait for their roles
+            NM_CONF: ("# fabricops lab: provisioning configures each port\n[main]\nno-auto-default=*\n",
+                      0o644),
+        }
+        for netdev, cidr, comment in addrs:
+            files[f"{NM_CONNECTIONS}/{netdev}.nmconnection"] = (
+                f"# {comment}, written by the rack's provisioning (fabricops lab)\n"
+                f"[connection]\nid={netdev}\ntype=ethernet\ninterface-name={netdev}\n"
+                "autoconnect=true\n\n"
+                f"[ipv4]\nmethod=manual\naddress1={cidr}\n\n[ipv6]\nmethod=disabled\n",
+                0o600,
+            )
+        return files
+    stanzas = interfaces_files(host)
+    return {f"etc/network/interfaces.d/{name}": (text, 0o644) for name, text in stanzas.items()}
+
+
 def install_emulated_software(root: Path) -> bool:
     """Copy the emulated-hardware package and the emulated NVIDIA driver's nvidia-smi."""
     target = root / EMUL_TARGET
@@ -254,6 +305,11 @@ def prepare_host(
     # settings apply; emul/firmware.py)
     firmware.power_cycle_dir(hw_dir / "firmware")
     ensure_host_key(name)
+    variant = host.get("variant") or "default"
+    if variant != "default":  # the variant's layer over the image (image-recipe.yml, variants)
+        from fabricops_lab import image
+
+        lower = Path(f"{image.ensure_variant(variant)}:{lower}")
     root = mount_root(name, lower)
     etc = root / "etc"
     _write(etc / "hostname", f"{name}\n")
@@ -265,8 +321,8 @@ def prepare_host(
     (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
     for fname, (text, mode) in rack_ssh_files(topo, ensure_rack_key(), authorized_key).items():
         _write(root / "root/.ssh" / fname, text, mode)
-    for fname, text in interfaces_files(host).items():
-        _write(etc / "network/interfaces.d" / fname, text)
+    for rel, (text, mode) in network_files(host).items():
+        _write(root / rel, text, mode)
     have_hwctl = install_emulated_software(root)
     install_kernel_files(root, str(hw.get("kernel") or hardware.kernel_release()), hw_dir)
     return {"hardware": hw, "hwctl": have_hwctl}

@@ -103,6 +103,138 @@ def image_info(sha: str | None = None) -> dict[str, Any] | None:
         return None
 
 
+def variants(recipe: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The host variants a topology may name: ``default`` (the image) and the recipe's layers."""
+    return ("default", *sorted((recipe or load_recipe()).get("variants") or {}))
+
+
+def lowerdir(variant: str = "default") -> str:
+    """The overlay ``lowerdir`` of a host of VARIANT: the image, under the variant's layer (built
+    first when missing)."""
+    base = ensure_image()
+    if variant in (None, "", "default"):
+        return str(base)
+    return f"{ensure_variant(variant)}:{base}"
+
+
+def variant_dir(variant: str, sha: str | None = None) -> Path:
+    return image_dir(sha) / "variants" / variant
+
+
+def ensure_variant(variant: str, force: bool = False) -> Path:
+    """The cached layer of VARIANT (an overlay upper directory over the image), built when missing."""
+    recipe = load_recipe()
+    spec = (recipe.get("variants") or {}).get(variant)
+    if spec is None:
+        raise FabricopsError(
+            f"the lab has no host variant {variant!r} (variants: {', '.join(variants(recipe))}): "
+            "fix the topology's hosts[].variant"
+        )
+    base = ensure_image()
+    sha = recipe_sha()
+    target = variant_dir(variant, sha)
+    if not force and (target / "variant.json").exists():
+        return target / "layer"
+    with open(paths.IMAGE_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and (target / "variant.json").exists():
+            return target / "layer"
+        build_variant(variant, spec, recipe, base, target)
+    return target / "layer"
+
+
+def build_variant(
+    variant: str, spec: dict[str, Any], recipe: dict[str, Any], base: Path, target: Path
+) -> None:
+    """apt in a chroot on an overlay over the image; the overlay's upper directory is the layer.
+
+    The chroot gets the build machine's resolver and one apt source (the image's mirror) for the
+    build only: both are put back to the image's text before the layer is kept, and the package
+    lists are removed, so a lab host has no package network, as on the image."""
+    mirror = recipe.get("mirror") or apt_mirror(recipe["suite"])
+    tmp = target.with_name(f".build-{variant}-{os.getpid()}")
+    if tmp.exists():
+        _umount(tmp / "mnt")
+        _umount(tmp / "mnt" / "proc")
+        shutil.rmtree(tmp)
+    layer, work, mnt = tmp / "layer", tmp / "work", tmp / "mnt"
+    for d in (layer, work, mnt):
+        d.mkdir(parents=True)
+    started = time.monotonic()
+    log.warning("building the lab host variant %s (apt: %s)", variant, ", ".join(spec.get("install") or []))
+    subprocess.run(["mount", "-t", "overlay", f"fo-variant-{variant}", "-o",
+                    f"lowerdir={base},upperdir={layer},workdir={work}", str(mnt)], check=True)
+    logfile = tmp / "apt.log"
+    try:
+        subprocess.run(["mount", "-t", "proc", "proc", str(mnt / "proc")], check=True)
+        keep = {rel: _in_root(mnt, rel).read_text() for rel in ("etc/resolv.conf", "etc/apt/sources.list")}
+        _write(mnt, "etc/resolv.conf", Path("/etc/resolv.conf").read_text())
+        _write(mnt, "etc/apt/sources.list", f"deb {mirror} {recipe['suite']} main\n")
+        # no daemon starts in the chroot (invoke-rc.d asks policy-rc.d)
+        _write(mnt, "usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n")
+        os.chmod(_in_root(mnt, "usr/sbin/policy-rc.d"), 0o755)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+        steps = [["apt-get", "-q", "update"]]
+        if spec.get("install"):
+            steps.append(["apt-get", "-q", "-y", "--no-install-recommends", "install", *spec["install"]])
+        if spec.get("purge"):
+            steps.append(["apt-get", "-q", "-y", "purge", *spec["purge"]])
+        steps.append(["apt-get", "clean"])
+        with open(logfile, "w") as out:
+            for step in steps:
+                proc = subprocess.run(["chroot", str(mnt), *step], stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env)
+                if proc.returncode != 0:
+                    tail = logfile.read_text().splitlines()[-5:]
+                    raise FabricopsError(
+                        f"building the lab host variant {variant} failed ({' '.join(step)}: exit "
+                        f"{proc.returncode}), see {logfile}: " + " | ".join(tail)
+                    )
+        for rel, text in keep.items():
+            _write(mnt, rel, text)
+        _in_root(mnt, "usr/sbin/policy-rc.d").unlink()
+        for rel in spec.get("remove") or []:  # what the purged package left that the OS has not
+            _in_root(mnt, rel).unlink(missing_ok=True)
+        lists = _in_root(mnt, "var/lib/apt/lists")
+        for f in lists.iterdir() if lists.is_dir() else []:
+            if f.is_file() and f.name != "lock":
+                f.unlink()
+        # a purged package's units leave their enablement links behind, dangling: gone, as
+        # `deb-systemd-helper purge` leaves them on a real system
+        for link in _in_root(mnt, "etc/systemd/system").glob("*.wants/*"):
+            if link.is_symlink() and not _exists_in_root(mnt, os.readlink(link)):
+                link.unlink()
+        for unit in spec.get("enable") or []:
+            unit_file = next((d for d in ("lib/systemd/system", "usr/lib/systemd/system")
+                              if _exists_in_root(mnt, f"{d}/{unit}")), None)
+            if unit_file is None:
+                raise FabricopsError(f"the lab host variant {variant} has no unit {unit} after its packages")
+            _link(mnt, f"etc/systemd/system/multi-user.target.wants/{unit}", f"/{unit_file}/{unit}")
+    finally:
+        _umount(mnt / "proc")
+        _umount(mnt)
+    info = {"variant": variant, "spec": spec, "mirror": mirror,
+            "build_seconds": round(time.monotonic() - started, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "size_mb": round(_du(layer) / 1e6)}
+    (tmp / "variant.json").write_text(json.dumps(info, indent=2) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(target)
+    log.warning(
+        "lab host variant %s built in %.0f s (%d MB)", variant, info["build_seconds"], info["size_mb"]
+    )
+
+
+def _umount(path: Path) -> None:
+    with open("/proc/self/mountinfo") as f:
+        mounted = any(line.split()[4] == str(path) for line in f)
+    if mounted:
+        subprocess.run(["umount", str(path)], check=False, capture_output=True)
+
+
 def ensure_image(force: bool = False) -> Path:
     """The cached rootfs for the current recipe (built first when missing)."""
     sha = recipe_sha()

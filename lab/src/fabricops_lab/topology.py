@@ -71,7 +71,7 @@ TOP_KEYS = {
 #: Who runs the InfiniBand subnet manager: the managed switch, or OpenSM on hosts
 #: (docs/fabric-services.md, "The lab"); absent = switch.
 SUBNET_MANAGERS = ("switch", "hosts")
-HOST_KEYS = {"name", "profile", "gpus", "hcas", "nvlink_domain"}
+HOST_KEYS = {"name", "profile", "gpus", "hcas", "nvlink_domain", "variant"}
 PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
@@ -295,9 +295,15 @@ class _Validator:
         if h.get("nvlink_domain") is not None:
             domain = self.string(h["nvlink_domain"], f"{where}.nvlink_domain", NAME_RE,
                                  "NVLink domain name (lower case, digits, '-')")
+        variant = "default"
+        if h.get("variant") is not None:
+            from fabricops_lab import image  # the recipe names the variants
+
+            variant = self.choice(h["variant"], f"{where}.variant", image.variants(), "host variant")
         return {
             "name": name,
             "nvlink_domain": domain,
+            "variant": variant,
             "index": index,
             "mgmt_ip": f"{MGMT_NET}.{HOST_IP_BASE + index}",
             "gpus": gpus
