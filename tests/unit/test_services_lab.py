@@ -17,12 +17,17 @@ pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-d
 def test_fm_repo_offers_each_version(tmp_path):
     manifest = fs.build_fm_repo(tmp_path / "repo")
     assert manifest == {"versions": ["550.54.14", "550.54.15"], "packages": ["nvidia-fabricmanager-550"],
-                        "imex_packages": ["nvidia-imex-550"]}
+                        "imex_packages": ["nvidia-imex-550"],
+                        "nvlsm_packages": ["nvlsm=2025.06.5-1", "nvlsm=2025.06.6-1",
+                                           "libnvsdm-550=550.54.14-1", "libnvsdm-550=550.54.15-1"],
+                        "data_sha256": fs.data_digest()}
     index = (tmp_path / "repo" / "Packages").read_text()
     stanzas = [dict(ln.split(": ", 1) for ln in st.splitlines() if ": " in ln) for st in index.split("\n\n")]
     assert sorted((s["Package"], s["Version"]) for s in stanzas if "Package" in s) == [
+        ("libnvsdm-550", "550.54.14-1"), ("libnvsdm-550", "550.54.15-1"),
         ("nvidia-fabricmanager-550", "550.54.14-1"), ("nvidia-fabricmanager-550", "550.54.15-1"),
         ("nvidia-imex-550", "550.54.14-1"), ("nvidia-imex-550", "550.54.15-1"),
+        ("nvlsm", "2025.06.5-1"), ("nvlsm", "2025.06.6-1"),
     ]
     deb = next((tmp_path / "repo").glob("nvidia-fabricmanager-550_550.54.15-1_*.deb"))
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout

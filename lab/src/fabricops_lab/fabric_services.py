@@ -8,6 +8,10 @@
 - :func:`imex_debs`: ``nvidia-imex-<branch>`` packages (``nvidia-imex``, ``nvidia-imex-ctl``,
   ``nvidia-imex.service``, ``/etc/nvidia-imex/config.cfg``) in the same repository, one per
   :data:`FM_VERSIONS` entry (emul/imex.py; docs/lab-fidelity.md, "GB200 / GB300 NVL72 compute trays").
+- :func:`nvlsm_debs`: ``nvlsm`` (its own version, :data:`NVLSM_VERSIONS`) and ``libnvsdm-<branch>`` (one per
+  :data:`FM_VERSIONS` entry), what HGX B200/B300 install beside the fabric manager, in the same repository;
+  the fabric manager's ``nv-fabricmanager`` is the front-end of emul/nvlsm.py, which starts nvlsm first on a
+  host with NVSwitch management ports (:func:`mark_nvlink5_hosts`; docs/lab-fidelity.md, "HGX B200").
 - :func:`install_driver_source` (from :func:`prepare`): on NVL72 trays, the driver's apt source (this
   repository, as NVIDIA's CUDA repository is on a real tray), from which the nvidia_imex role installs.
 - :func:`install_into_root`: what every host gets at boot (hook in ``hosts.install_emulated_software``):
@@ -21,6 +25,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -40,8 +45,14 @@ DRIVER_UNIT = "emulated-nvidia-driver.service"
 DRIVER_TOOL = "emulated-nvidia-driver-load"
 
 
-def wrapper(tool: str, vendor: str) -> bytes:
-    text = (DATA / "wrapper.py.in").read_text().replace("@TOOL@", tool).replace("@VENDOR@", vendor)
+#: nvlsm as NVIDIA's CUDA repository versions it (its own calendar version, ``<version>-1``): 2025.06.5
+#: (siderolabs/extensions#893) and 2025.06.6 (bottlerocket-kernel-kit's nvlsm spec:
+#: nvlsm-2025.06.6-1.x86_64.rpm from developer.download.nvidia.com/compute/cuda/repos/rhel9).
+NVLSM_VERSIONS: tuple[str, ...] = ("2025.06.5", "2025.06.6")
+
+
+def wrapper(tool: str, vendor: str, template: str = "wrapper.py.in") -> bytes:
+    text = (DATA / template).read_text().replace("@TOOL@", tool).replace("@VENDOR@", vendor)
     return text.encode()
 
 
@@ -63,10 +74,15 @@ def fm_debs(versions: tuple[str, ...] = FM_VERSIONS) -> list[ofed_repo.Deb]:
     for v in versions:
         branch = v.split(".")[0]
         files = {
+            # emul/nvlsm.py: the start step (nvlsm first where NVSwitch management ports are), then
+            # emul/services.py's fabric manager
             "usr/bin/nv-fabricmanager":
-                (wrapper("nv-fabricmanager", f"nvidia-fabricmanager-{branch}"), 0o755),
+                (wrapper("nv-fabricmanager", f"nvidia-fabricmanager-{branch}", "nvlsm-wrapper.py.in"), 0o755),
             "lib/systemd/system/nvidia-fabricmanager.service":
                 ((DATA / "nvidia-fabricmanager.service").read_bytes(), 0o644),
+            # the lab's stand-in for the control-group kill a lab host's systemd cannot do (the file says)
+            "lib/systemd/system/nvidia-fabricmanager.service.d/fabricops-lab.conf":
+                ((DATA / "nvidia-fabricmanager-lab.conf").read_bytes(), 0o644),
             "usr/share/nvidia/nvswitch/fabricmanager.cfg": ((DATA / "fabricmanager.cfg").read_bytes(), 0o644),
             "usr/share/nvidia/nvswitch/emulated-version": (f"{v}\n".encode(), 0o644),
         }
@@ -96,17 +112,52 @@ def imex_debs(versions: tuple[str, ...] = FM_VERSIONS) -> list[ofed_repo.Deb]:
     return debs
 
 
+def nvlsm_debs(versions: tuple[str, ...] = FM_VERSIONS,
+               nvlsm_versions: tuple[str, ...] = NVLSM_VERSIONS) -> list[ofed_repo.Deb]:
+    """``nvlsm`` at each of ``nvlsm_versions`` and ``libnvsdm-<branch>`` at each driver version
+    (``<driver>-1``, NVIDIA/gpu-driver-container#246). nvlsm's files are where NVIDIA's package puts
+    them (/opt/nvidia/nvlsm/sbin/nvlsm, /usr/share/nvidia/nvlsm/nvlsm.conf; no systemd unit: the fabric
+    manager's start step runs it). libnvsdm's contents are in none of our sources: it ships a marker."""
+    debs = []
+    for v in nvlsm_versions:
+        files = {
+            "opt/nvidia/nvlsm/sbin/nvlsm": (wrapper("nvlsm", "nvlsm", "nvlsm-wrapper.py.in"), 0o755),
+            "usr/share/nvidia/nvlsm/nvlsm.conf": ((DATA / "nvlsm.conf").read_bytes(), 0o644),
+            "usr/share/nvidia/nvlsm/emulated-version": (f"{v}\n".encode(), 0o644),
+        }
+        debs.append(ofed_repo.Deb("nvlsm", f"{v}-1", "", "NVIDIA NVLink subnet manager (NVLSM)", files, {},
+                                  section="multiverse/devel"))
+    for v in versions:
+        branch = v.split(".")[0]
+        files = {f"usr/share/doc/libnvsdm-{branch}/emulated-version": (f"{v}\n".encode(), 0o644)}
+        debs.append(ofed_repo.Deb(f"libnvsdm-{branch}", f"{v}-1", "", "libnvsdm (fabricops lab, emulated)",
+                                  files, {}, section="multiverse/libs"))
+    return debs
+
+
+def data_digest() -> str:
+    """sha256 over the packages' data files (units, configs, wrappers): a repository built from other
+    ones is rebuilt by :func:`prepare`."""
+    h = hashlib.sha256()
+    for f in sorted(DATA.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS) -> dict[str, Any]:
     """Build the flat apt repository into ``out`` (replacing it); return its manifest."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     arch = ofed_repo.deb_arch()
-    for deb in (*fm_debs(versions), *imex_debs(versions)):
+    for deb in (*fm_debs(versions), *imex_debs(versions), *nvlsm_debs(versions)):
         ofed_repo.build_deb(deb, out, arch)
     ofed_repo.write_index(out, label="nvidia-fabricmanager (fabricops lab)")
     manifest = {"versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)}),
-                "imex_packages": sorted({d.package for d in imex_debs(versions)})}
+                "imex_packages": sorted({d.package for d in imex_debs(versions)}),
+                "nvlsm_packages": [f"{d.package}={d.version}" for d in nvlsm_debs(versions)],
+                "data_sha256": data_digest()}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
@@ -126,7 +177,9 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = None
-    if not manifest or manifest.get("versions") != list(versions) or "imex_packages" not in manifest:
+    want_nvlsm = [f"{d.package}={d.version}" for d in nvlsm_debs(versions)]
+    if (not manifest or manifest.get("versions") != list(versions) or "imex_packages" not in manifest
+            or manifest.get("nvlsm_packages") != want_nvlsm or manifest.get("data_sha256") != data_digest()):
         manifest = build_fm_repo(out, versions)
     # Signed like a real repository (roles write signed-by; ofed_repo.sign_repo): the key is served
     # next to the MLNX_OFED one and handed to nvidia_fabric_manager through these facts.
@@ -134,6 +187,7 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
     ofed_repo.sign_repo(out)
     base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
     install_driver_source(lab, f"{base}/{FM_REPO}")
+    mark_nvlink5_hosts(lab)
     return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"],
             "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}", "repo_key_sha256": key_sha256}
 
@@ -167,6 +221,40 @@ def install_driver_source(lab: dict[str, Any], repo_url: str) -> None:
             hosts.host_exec(h["name"], update, check=False, timeout=120)
         except FabricopsError:
             continue  # a host that is not running: the source is in its root, the role reads it stale
+
+
+# --- HGX B200: NVSwitch management ports ------------------------------------------------------
+
+#: NVSwitch management functions ("LPF", VPD SMDL=SW_MNG) an HGX B200 baseboard shows the host: four in
+#: the siderolabs/extensions#893 and #895 logs of HGX/DGX B200 (mlx5_0..3 on a DGX B200).
+NVSWITCH_MGMT_PORTS = 4
+
+
+def nvlink5_hgx(host: dict[str, Any]) -> bool:
+    """An HGX board of NVLink 5 GPUs behind NVSwitches (B200/B300), not an NVL72 tray (whose switches are
+    in the NVLink switch trays and managed there)."""
+    g = host.get("gpus") or {}
+    return (g.get("count", 0) > 0 and g.get("nvlink_gen") == 5 and g.get("topology") == "nvswitch"
+            and not host.get("nvlink_domain"))
+
+
+def mgmt_ports(host: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host's NVSwitch management ports: devices numbered after its HCAs, port GUIDs derived from
+    its index (ConnectX-7 GUID prefix e09d73, as in the DGX B200 capture of siderolabs/extensions)."""
+    first = len(host.get("hcas") or [])
+    return [{"device": f"mlx5_{first + k}", "port": 1,
+             "guid": f"0xe09d730300{int(host.get('index', 0)) & 0xff:02x}{k:04x}"}
+            for k in range(NVSWITCH_MGMT_PORTS)]
+
+
+def mark_nvlink5_hosts(lab: dict[str, Any]) -> None:
+    """hardware.json of every HGX B200/B300 host: its NVSwitch management ports (emul/nvlsm.py) and a fabric
+    manager it must run (nvidia-smi's fabric state follows it, emul/services.py ``fabric_state``).
+    From :func:`prepare`, i.e. after every (re)start, which rewrites hardware.json."""
+    for h in (lab.get("topology") or {}).get("hosts") or []:
+        if nvlink5_hgx(h) and _hw_file(h["name"]).is_file():
+            _update_hw(h["name"], {"fabric_manager": {"required": True},
+                                   "nvswitch_mgmt_ports": mgmt_ports(h)})
 
 
 # --- hosts ------------------------------------------------------------------------------------
