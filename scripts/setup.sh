@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Install what fabricops needs on this machine (Debian 12 as root), safe to run again:
 # Debian packages for the emulated rack and the tests, then the Python environment in .venv.
+#   scripts/setup.sh [--arm64]
+# --arm64 (opt-in, not CI's path) adds qemu-user-static: the lab's arm64 hosts (a topology host with
+# `arch: arm64`) run under qemu-aarch64-static, which the lab registers with binfmt_misc itself
+# (lab/src/fabricops_lab/foreign_arch.py); binfmt-support is not needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+ARM64=0
+for arg in "$@"; do
+  case $arg in
+    --arm64) ARM64=1 ;;
+    *) echo "usage: scripts/setup.sh [--arm64]" >&2; exit 2 ;;
+  esac
+done
 
 DEB_PACKAGES=(
   python3 python3-venv python3-pip   # the controller's Python environment
@@ -19,6 +31,9 @@ DEB_PACKAGES=(
   netplan.io                          # netplan generate validates the IPoIB backend's files (unit tests)
   git
 )
+if ((ARM64)); then
+  DEB_PACKAGES+=(qemu-user-static)    # arm64 lab hosts: qemu-aarch64-static through binfmt_misc
+fi
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricops.errors import FabricopsError
-from fabricops_lab import fabric_services, hardware, network, paths
+from fabricops_lab import fabric_services, foreign_arch, hardware, network, paths
 from fabricops_lab.emul import firmware
 from fabricops_lab.procs import alive
 
@@ -233,8 +233,9 @@ def network_files(host: dict[str, Any]) -> dict[str, tuple[str, int]]:
     return {f"etc/network/interfaces.d/{name}": (text, 0o644) for name, text in stanzas.items()}
 
 
-def install_emulated_software(root: Path) -> bool:
-    """Copy the emulated-hardware package and the emulated NVIDIA driver's nvidia-smi."""
+def install_emulated_software(root: Path, arch: str = "amd64") -> bool:
+    """Copy the emulated-hardware package and the emulated NVIDIA driver's nvidia-smi (ARCH: the
+    host's Debian architecture, for what goes under a multiarch directory)."""
     target = root / EMUL_TARGET
     if (target / "emul").exists():
         shutil.rmtree(target / "emul")
@@ -260,26 +261,36 @@ def install_emulated_software(root: Path) -> bool:
     # /usr/bin (the image's real lspci) in every user's PATH, like the ethtool front-end above
     wrapper = WRAPPER_TEMPLATE.read_text().replace("@TOOL@", "lspci").replace("@VENDOR@", "pciutils")
     _write(root / "usr/local/bin/lspci", wrapper, 0o755)
-    install_nccl(root)
+    install_nccl(root, arch)
     # Emulated kernel modules (modprobe/lsmod/rmmod/modinfo) and the HCA's answer to the subnet manager
     # (emulated-hw-sm.path): docs/fabric-services.md, "The lab".
     fabric_services.install_into_root(root)
     return have_hwctl
 
 
-#: the NCCL library as a site installs it (libnccl2 package layout); its version is the file name
-NCCL_LIB = "usr/lib/x86_64-linux-gnu/libnccl.so.2.23.4"
+#: the NCCL library's file name as a site installs it (libnccl2 package layout); its version is the name
+NCCL_SONAME_FILE = "libnccl.so.2.23.4"
+
+
+def nccl_lib(arch: str = "amd64") -> str:
+    """Where libnccl2 puts the library on an ARCH host: its multiarch directory
+    (usr/lib/x86_64-linux-gnu on amd64, usr/lib/aarch64-linux-gnu on arm64)."""
+    return f"{foreign_arch.multiarch_lib(arch)}/{NCCL_SONAME_FILE}"
+
+
+#: the NCCL library of an amd64 host
+NCCL_LIB = nccl_lib("amd64")
 #: emulated nccl-tests binaries (on PATH, as a site's build puts them) and Open MPI's launcher
 NCCL_TOOLS = {"usr/local/bin/all_reduce_perf": "nccl-tests", "usr/local/bin/all_gather_perf": "nccl-tests",
               "usr/local/bin/reduce_scatter_perf": "nccl-tests", "usr/bin/mpirun": "Open MPI",
               f"{EMUL_TARGET}/bin/nccl-rank-info": "Open MPI (emulated remote side)"}
 
 
-def install_nccl(root: Path) -> None:
-    """SPEC-19 E and D: a stub libnccl.so.2.23.4 with its soname link, and wrappers for mpirun, the
-    three nccl-tests binaries and the helper mpirun runs on other hosts (docs/lab.md, "Multi-node
-    NCCL in the lab")."""
-    lib = root / NCCL_LIB
+def install_nccl(root: Path, arch: str = "amd64") -> None:
+    """SPEC-19 E and D: a stub libnccl.so.2.23.4 with its soname link (in ARCH's multiarch
+    directory), and wrappers for mpirun, the three nccl-tests binaries and the helper mpirun runs on
+    other hosts (docs/lab.md, "Multi-node NCCL in the lab")."""
+    lib = root / nccl_lib(arch)
     _write(lib, "# emulated NCCL 2.23.4 (fabricops lab): the version is the file name\n")
     link = lib.with_name("libnccl.so.2")
     if link.is_symlink() or link.exists():
@@ -306,10 +317,14 @@ def prepare_host(
     firmware.power_cycle_dir(hw_dir / "firmware")
     ensure_host_key(name)
     variant = host.get("variant") or "default"
-    if variant != "default":  # the variant's layer over the image (image-recipe.yml, variants)
+    arch = host.get("arch") or "amd64"
+    if arch != "amd64" or variant != "default":
         from fabricops_lab import image
 
-        lower = Path(f"{image.ensure_variant(variant)}:{lower}")
+        if arch != "amd64":  # the architecture's own image (qemu-user registered: foreign_arch.py)
+            lower = image.ensure_image(arch=arch)
+        if variant != "default":  # the variant's layer over the image (image-recipe.yml, variants)
+            lower = Path(f"{image.ensure_variant(variant, arch=arch)}:{lower}")
     root = mount_root(name, lower)
     etc = root / "etc"
     _write(etc / "hostname", f"{name}\n")
@@ -323,9 +338,39 @@ def prepare_host(
         _write(root / "root/.ssh" / fname, text, mode)
     for rel, (text, mode) in network_files(host).items():
         _write(root / rel, text, mode)
-    have_hwctl = install_emulated_software(root)
+    have_hwctl = install_emulated_software(root, arch)
+    if arch != "amd64":
+        qemu_user_dropins(root)
     install_kernel_files(root, str(hw.get("kernel") or hardware.kernel_release()), hw_dir)
     return {"hardware": hw, "hwctl": have_hwctl}
+
+
+#: a drop-in the lab gives a foreign-architecture host's units that load credentials
+QEMU_DROPIN = "fabricops-qemu-user.conf"
+QEMU_DROPIN_TEXT = (
+    "# fabricops lab: this host's programs run under qemu-user, where systemd 252's credential set-up\n"
+    "# fails (\"Failed at step CREDENTIALS spawning ...: Invalid argument\"); the unit loads none\n"
+    "[Service]\nLoadCredential=\n"
+)
+
+
+def qemu_user_dropins(root: Path) -> list[str]:
+    """Reset ``LoadCredential=`` on the units of ROOT's image that have it (systemd-tmpfiles-setup,
+    -setup-dev, -sysctl, -sysusers...): under qemu-user their start fails at systemd's CREDENTIALS step,
+    and the host would boot ``degraded`` without /tmp and /run's tmpfiles. Nothing of what the lab's
+    hosts pass is a credential (no ``systemd.set_credential``). Returns the units given a drop-in."""
+    done: list[str] = []
+    for d in ("usr/lib/systemd/system", "lib/systemd/system"):  # merged /usr: the same directory
+        units = root / d
+        if (root / d.split("/")[0]).is_symlink() or not units.is_dir():
+            continue  # /lib -> usr/lib: read once, and never through a link out of ROOT
+        for unit in sorted(units.glob("*.service")):
+            if unit.name in done or unit.is_symlink() or not unit.is_file():
+                continue
+            if "\nLoadCredential=" in unit.read_text():
+                _write(root / f"etc/systemd/system/{unit.name}.d/{QEMU_DROPIN}", QEMU_DROPIN_TEXT)
+                done.append(unit.name)
+    return done
 
 
 def install_kernel_files(root: Path, kernel: str, hw_dir: Path) -> None:
@@ -431,8 +476,20 @@ def find_leader(nspawn_pid: int, timeout: float = 20.0) -> int:
     raise FabricopsError(f"systemd-nspawn (pid {nspawn_pid}) did not boot systemd; see its console.log")
 
 
-def wait_ssh(host: dict[str, Any], timeout: float = 60.0) -> float:
+#: seconds a host has to answer SSH after its start, and to power off, per architecture: a
+#: foreign-architecture host (arm64 under qemu-user) boots and stops several times slower
+SSH_TIMEOUT = {"amd64": 60.0, "arm64": 300.0}
+STOP_TIMEOUTS = {"amd64": STOP_TIMEOUT, "arm64": 20.0}
+
+
+def stop_timeout(arch: str | None) -> float:
+    return STOP_TIMEOUTS.get(arch or "amd64", STOP_TIMEOUT)
+
+
+def wait_ssh(host: dict[str, Any], timeout: float | None = None) -> float:
     """Wait until the host accepts the lab key over SSH; returns the seconds it took."""
+    if timeout is None:
+        timeout = SSH_TIMEOUT.get(host.get("arch") or "amd64", 60.0)
     started = time.monotonic()
     deadline = started + timeout
     ip = host["mgmt_ip"]
@@ -466,6 +523,8 @@ def stop_host(name: str, nspawn_pid: int | None, timeout: float = STOP_TIMEOUT) 
         leader = next((c for c in _children(nspawn_pid) if _comm(c) == "systemd"), None)
         if leader:
             _unmount_emulated_sysfs(leader)
+            if _under_qemu(leader):
+                _halt_from_inside(leader)
         with contextlib.suppress(ProcessLookupError):
             os.kill(nspawn_pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -485,6 +544,28 @@ def stop_host(name: str, nspawn_pid: int | None, timeout: float = STOP_TIMEOUT) 
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(nspawn_pid, os.WNOHANG)
     unmount_root(name)
+
+
+def _under_qemu(pid: int) -> bool:
+    """Whether PID runs a foreign-architecture program (its executable is a qemu-user interpreter)."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("qemu-")
+    except OSError:
+        return False
+
+
+def _halt_from_inside(leader: int) -> None:
+    """Ask a qemu-user host's systemd to halt with its own ``kill`` (SIGRTMIN+3, what nspawn sends).
+
+    qemu-user does not map host real-time signals one to one onto the guest's (it keeps some for
+    itself), so the SIGRTMIN+3 nspawn sends from outside does not reach the guest systemd as a halt
+    (measured: the arm64 host ran on until the SIGKILL). Sent by the guest's kill, through qemu, it
+    arrives as sent: the host halts in about 3 s."""
+    subprocess.run(
+        ["nsenter", "-t", str(leader), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--",
+         "/usr/bin/kill", "-s", "RTMIN+3", "1"],
+        capture_output=True, timeout=10,
+    )
 
 
 def _unmount_emulated_sysfs(leader: int) -> None:

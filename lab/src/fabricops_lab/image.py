@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from fabricops.errors import FabricopsError
-from fabricops_lab import paths
+from fabricops_lab import foreign_arch, paths
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +46,31 @@ def load_recipe(path: Path = RECIPE) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def recipe_sha(path: Path = RECIPE) -> str:
-    """The image's cache key: the recipe and the code that builds and customises the image.
+def recipe_sha(path: Path = RECIPE, arch: str = "amd64") -> str:
+    """The image's cache key: the recipe, the code that builds and customises the image, and ARCH.
 
     A hand-bumped version number hid changes to ``customise`` behind a warm cache; hashing this
-    module's own source makes any change to the build rebuild the image."""
+    module's own source makes any change to the build rebuild the image. The default architecture
+    (amd64) hashes nothing more; any other one adds its name, so each architecture has its own
+    image and an arm64 image never replaces amd64's."""
+    if arch not in foreign_arch.ARCHES:
+        raise FabricopsError(
+            f"the lab knows no architecture {arch!r} (architectures: {', '.join(foreign_arch.ARCHES)})"
+        )
     digest = hashlib.sha256(path.read_bytes())
     digest.update(b"\0")
     digest.update(Path(__file__).read_bytes())
+    if arch != "amd64":
+        digest.update(b"\0arch=" + arch.encode())
     return digest.hexdigest()[:16]
 
 
-def image_dir(sha: str | None = None) -> Path:
-    return paths.IMAGE_CACHE / (sha or recipe_sha())
+def image_dir(sha: str | None = None, arch: str = "amd64") -> Path:
+    return paths.IMAGE_CACHE / (sha or recipe_sha(arch=arch))
 
 
-def rootfs(sha: str | None = None) -> Path:
-    return image_dir(sha) / "rootfs"
+def rootfs(sha: str | None = None, arch: str = "amd64") -> Path:
+    return image_dir(sha, arch) / "rootfs"
 
 
 def apt_mirror(suite: str = "bookworm") -> str:
@@ -108,21 +116,21 @@ def variants(recipe: dict[str, Any] | None = None) -> tuple[str, ...]:
     return ("default", *sorted((recipe or load_recipe()).get("variants") or {}))
 
 
-def lowerdir(variant: str = "default") -> str:
-    """The overlay ``lowerdir`` of a host of VARIANT: the image, under the variant's layer (built
-    first when missing)."""
-    base = ensure_image()
+def lowerdir(variant: str = "default", arch: str = "amd64") -> str:
+    """The overlay ``lowerdir`` of a host of VARIANT and ARCH: ARCH's image, under the variant's layer
+    (built first when missing)."""
+    base = ensure_image(arch=arch)
     if variant in (None, "", "default"):
         return str(base)
-    return f"{ensure_variant(variant)}:{base}"
+    return f"{ensure_variant(variant, arch=arch)}:{base}"
 
 
-def variant_dir(variant: str, sha: str | None = None) -> Path:
-    return image_dir(sha) / "variants" / variant
+def variant_dir(variant: str, sha: str | None = None, arch: str = "amd64") -> Path:
+    return image_dir(sha, arch) / "variants" / variant
 
 
-def ensure_variant(variant: str, force: bool = False) -> Path:
-    """The cached layer of VARIANT (an overlay upper directory over the image), built when missing."""
+def ensure_variant(variant: str, force: bool = False, arch: str = "amd64") -> Path:
+    """The cached layer of VARIANT (an overlay upper directory over ARCH's image), built when missing."""
     recipe = load_recipe()
     spec = (recipe.get("variants") or {}).get(variant)
     if spec is None:
@@ -130,12 +138,12 @@ def ensure_variant(variant: str, force: bool = False) -> Path:
             f"the lab has no host variant {variant!r} (variants: {', '.join(variants(recipe))}): "
             "fix the topology's hosts[].variant"
         )
-    base = ensure_image()
-    sha = recipe_sha()
+    base = ensure_image(arch=arch)
+    sha = recipe_sha(arch=arch)
     target = variant_dir(variant, sha)
     if not force and (target / "variant.json").exists():
         return target / "layer"
-    with open(paths.IMAGE_CACHE / ".lock", "w") as lock:
+    with open(_lock_file(arch), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and (target / "variant.json").exists():
             return target / "layer"
@@ -154,8 +162,8 @@ def build_variant(
     mirror = recipe.get("mirror") or apt_mirror(recipe["suite"])
     tmp = target.with_name(f".build-{variant}-{os.getpid()}")
     if tmp.exists():
+        _umount(tmp / "mnt" / "proc")  # an interrupted build's mounts, innermost first
         _umount(tmp / "mnt")
-        _umount(tmp / "mnt" / "proc")
         shutil.rmtree(tmp)
     layer, work, mnt = tmp / "layer", tmp / "work", tmp / "mnt"
     for d in (layer, work, mnt):
@@ -235,22 +243,50 @@ def _umount(path: Path) -> None:
         subprocess.run(["umount", str(path)], check=False, capture_output=True)
 
 
-def ensure_image(force: bool = False) -> Path:
-    """The cached rootfs for the current recipe (built first when missing)."""
-    sha = recipe_sha()
+def _lock_file(arch: str = "amd64") -> Path:
+    """The build lock of ARCH's image and layers: an arm64 build (many minutes under qemu) never
+    holds up the amd64 image's."""
+    return paths.IMAGE_CACHE / (".lock" if arch == "amd64" else f".lock-{arch}")
+
+
+def ensure_image(force: bool = False, arch: str = "amd64") -> Path:
+    """The cached rootfs of ARCH for the current recipe (built first when missing).
+
+    A foreign ARCH (arm64 here) needs its qemu-user interpreter registered with binfmt_misc, to
+    build the image and to boot hosts from it: checked (and registered) on every call, since a
+    reboot of the controller forgets the registration while the cache stays."""
+    foreign_arch.ensure_binfmt(arch)
+    sha = recipe_sha(arch=arch)
     target = image_dir(sha)
     if not force and (target / "image.json").exists():
         return target / "rootfs"
     paths.IMAGE_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(paths.IMAGE_CACHE / ".lock", "w") as lock:
+    with open(_lock_file(arch), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and (target / "image.json").exists():
             return target / "rootfs"
-        build(sha, target)
+        build(sha, target, arch=arch)
     return target / "rootfs"
 
 
-def build(sha: str, target: Path) -> None:
+def debootstrap_command(recipe: dict[str, Any], root: Path, mirror: str, arch: str = "amd64") -> list[str]:
+    """debootstrap's command line for RECIPE into ROOT. A foreign ARCH is one stage as well: with
+    qemu registered (``F``), the chroot in debootstrap's second half runs the arm64 maintainer
+    scripts through the kernel, no ``--foreign`` / ``--second-stage`` split needed."""
+    cmd = ["debootstrap"]
+    if arch != "amd64":
+        cmd.append(f"--arch={arch}")
+    return [
+        *cmd,
+        f"--variant={recipe.get('variant', 'minbase')}",
+        "--include=" + ",".join(recipe["packages"]),
+        recipe["suite"],
+        str(root),
+        mirror,
+    ]
+
+
+def build(sha: str, target: Path, arch: str = "amd64") -> None:
     recipe = load_recipe()
     mirror = recipe.get("mirror") or apt_mirror(recipe["suite"])
     tmp = paths.IMAGE_CACHE / f".build-{sha}-{os.getpid()}"
@@ -259,17 +295,11 @@ def build(sha: str, target: Path) -> None:
     tmp.mkdir(parents=True)
     root = tmp / "rootfs"
     log.warning(
-        "building the lab image %s (debootstrap %s from %s; about a minute)", sha, recipe["suite"], mirror
+        "building the lab image %s (debootstrap %s %s from %s; %s)", sha, recipe["suite"], arch, mirror,
+        "about a minute" if arch == "amd64" else "several minutes under qemu-user",
     )
     started = time.monotonic()
-    cmd = [
-        "debootstrap",
-        f"--variant={recipe.get('variant', 'minbase')}",
-        "--include=" + ",".join(recipe["packages"]),
-        recipe["suite"],
-        str(root),
-        mirror,
-    ]
+    cmd = debootstrap_command(recipe, root, mirror, arch)
     logfile = tmp / "debootstrap.log"
     with open(logfile, "w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -281,6 +311,7 @@ def build(sha: str, target: Path) -> None:
     customise(root, recipe)
     info = {
         "sha": sha,
+        "arch": arch,
         "suite": recipe["suite"],
         "mirror": mirror,
         "packages": recipe["packages"],

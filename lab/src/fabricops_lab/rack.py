@@ -257,8 +257,10 @@ def _bring_up(lab: dict[str, Any], topo: dict[str, Any], lower: Path, timings: d
     errors = [f"{h['name']}: {err}" for h, (_r, err) in zip(topo["hosts"], results, strict=True) if err]
     if errors:
         raise FabricopsError("hosts did not start: " + "; ".join(errors))
-    _pmap(lambda h: hosts.wait_ssh(h), [*topo["hosts"], slurm.controller_host()])
+    waited = _pmap(lambda h: hosts.wait_ssh(h), [*topo["hosts"], slurm.controller_host()])
     timings["hosts_s"] = round(time.monotonic() - t1, 2)
+    for h, seconds in zip(topo["hosts"], waited, strict=False):  # until it answered SSH, all started
+        lab["hosts"][h["name"]]["ssh_s"] = round(seconds, 2)
     _sync_hardware(lab, topo["hosts"])
     t2 = time.monotonic()
     _start_services(lab)
@@ -334,7 +336,7 @@ def reconcile(lab: dict[str, Any], inv_dir: Path) -> dict[str, Any]:
         slurm.ensure_munge_key()
 
         def restart(h):
-            hosts.stop_host(h["name"], hosts.nspawn_pid_of(h["name"]))
+            hosts.stop_host(h["name"], hosts.nspawn_pid_of(h["name"]), hosts.stop_timeout(h.get("arch")))
             network.destroy_host_netns(h)
             return _start_host(topo, h, lower, pubkey, keep_hw=True)
 
@@ -408,7 +410,8 @@ def down() -> list[str]:
     if hosts_root.is_dir():
         names |= {p.name for p in hosts_root.iterdir() if p.is_dir()}
     names_l = sorted(names)
-    _pmap(lambda n: hosts.stop_host(n, hosts.nspawn_pid_of(n)), names_l)
+    arch = {h["name"]: h.get("arch") for h in (topo or {}).get("hosts", [])}
+    _pmap(lambda n: hosts.stop_host(n, hosts.nspawn_pid_of(n), hosts.stop_timeout(arch.get(n))), names_l)
     if names_l:
         done.append(f"{len(names_l)} hosts")
     slurm.remove()  # the head node's netns and veth (its container stopped with the hosts above)

@@ -71,7 +71,7 @@ TOP_KEYS = {
 #: Who runs the InfiniBand subnet manager: the managed switch, or OpenSM on hosts
 #: (docs/fabric-services.md, "The lab"); absent = switch.
 SUBNET_MANAGERS = ("switch", "hosts")
-HOST_KEYS = {"name", "profile", "gpus", "hcas", "nvlink_domain", "variant"}
+HOST_KEYS = {"name", "profile", "gpus", "hcas", "nvlink_domain", "variant", "arch"}
 PROFILE_KEYS = {"gpus", "hcas"}
 GPU_KEYS = {"model", "count", "nvlink_gen", "topology", "memory_mib"}
 HCA_KEYS = {"name", "model", "pci", "fw_ver", "node_guid", "ports"}
@@ -300,10 +300,16 @@ class _Validator:
             from fabricops_lab import image  # the recipe names the variants
 
             variant = self.choice(h["variant"], f"{where}.variant", image.variants(), "host variant")
+        arch = "amd64"
+        if h.get("arch") is not None:  # a foreign architecture runs under qemu-user (foreign_arch.py)
+            from fabricops_lab import foreign_arch
+
+            arch = self.choice(h["arch"], f"{where}.arch", foreign_arch.ARCHES, "host architecture")
         return {
             "name": name,
             "nvlink_domain": domain,
             "variant": variant,
+            "arch": arch,
             "index": index,
             "mgmt_ip": f"{MGMT_NET}.{HOST_IP_BASE + index}",
             "gpus": gpus
