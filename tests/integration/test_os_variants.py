@@ -13,11 +13,10 @@ across the whole rack, this host included, are test_verify.py's.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
-from integration.conftest import REPO, VENV_BIN, ansible_env
+from labtools import fabricops_drift
 
 from fabricops_lab import rack
 
@@ -48,12 +47,7 @@ def _live(ssh) -> dict[str, tuple[str, str]]:
 
 
 def _drift(*args: str, json_path=None) -> tuple[int, str, dict | None]:
-    argv = [str(VENV_BIN / "fabricops"), "drift", "--limit", HOST, "--playbook", PLAYBOOK, *args]
-    if json_path:
-        argv += ["--json", str(json_path)]
-    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600)
-    data = json.loads(json_path.read_text()) if json_path and json_path.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, data
+    return fabricops_drift("--limit", HOST, "--playbook", PLAYBOOK, *args, json_path=json_path)
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ batch fails (gpu03, bad input, nothing changed) stops before gpu04 and names gpu
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 
 import pytest
-from integration.conftest import REPO, VENV_BIN, ansible_env
+from integration.conftest import REPO
+from labtools import fabricops_drift
 
 pytestmark = pytest.mark.lab
 
@@ -27,12 +26,7 @@ STATE = (
 
 
 def drift(*args: str, json_path=None) -> tuple[int, str, dict | None]:
-    argv = [str(VENV_BIN / "fabricops"), "drift", "--limit", HOST, *EXTRA, *args]
-    if json_path:
-        argv += ["--json", str(json_path)]
-    proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=600)
-    data = json.loads(json_path.read_text()) if json_path and json_path.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, data
+    return fabricops_drift("--limit", HOST, *EXTRA, *args, json_path=json_path)
 
 
 @pytest.fixture(scope="module")

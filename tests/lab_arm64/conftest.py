@@ -11,11 +11,10 @@ fixture takes down any other lab, brings this one up and takes it down at the en
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
-from integration.conftest import INVENTORY, REPO, _lab_problem
+from labtools import topology_lab
 
 TOPOLOGY = "arm64"
 ARM64_HOST = "gh01"
@@ -34,17 +33,4 @@ def _arm64_problem() -> str | None:
 
 @pytest.fixture(scope="module")
 def arm64_lab():
-    problem = _lab_problem() or _arm64_problem()
-    if problem:
-        if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab not available: {problem}")
-        pytest.skip(f"lab not available: {problem}")
-    from fabricops_lab import paths, rack, topology
-
-    if paths.lab_json().exists() and paths.load_lab().get("topology") != topology.resolve(TOPOLOGY):
-        rack.down()
-    shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)  # another lab's hosts' facts
-    data = rack.up(TOPOLOGY, None, INVENTORY.parent)
-    yield data
-    if os.environ.get("FABRICOPS_LAB_KEEP") != "1" and paths.lab_json().exists():
-        rack.down()
+    yield from topology_lab(TOPOLOGY, _arm64_problem())

@@ -10,14 +10,13 @@ new servers, whose fabric manager is not installed yet).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from integration.conftest import INVENTORY, REPO, _lab_problem, ansible_env, ansible_playbook, ssh
+from integration.conftest import REPO, ansible_env, ansible_playbook, ssh
+from labtools import topology_lab
 
 TOPOLOGY = "b200"
 HOSTS = ("b200-01", "b200-02")
@@ -61,21 +60,7 @@ def fabric_states(host: str) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def b200_lab():
     """The b200 topology, up (lab.json's data); down again after the module."""
-    problem = _lab_problem()
-    if problem:
-        if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab not available: {problem}")
-        pytest.skip(f"lab not available: {problem}")
-    from fabricops_lab import paths, rack, topology
-
-    if paths.lab_json().exists() and paths.load_lab().get("topology") != topology.resolve(TOPOLOGY):
-        rack.down()
-    # facts cached from the hosts of another lab must not stand for these (gathering = smart)
-    shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)
-    data = rack.up(TOPOLOGY, None, INVENTORY.parent)
-    yield data
-    if os.environ.get("FABRICOPS_LAB_KEEP") != "1" and paths.lab_json().exists():
-        rack.down()
+    yield from topology_lab(TOPOLOGY)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,13 @@ it); ``converged`` runs site.yml once on it, as scripts/demo.sh runs it on a new
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from integration.conftest import INVENTORY, REPO, _lab_problem, ansible_env, ansible_playbook
+from integration.conftest import REPO, ansible_env, ansible_playbook
+from labtools import topology_lab
 
 TOPOLOGY = "gb200"
 FABRICOPS = str(Path(sys.executable).with_name("fabricops"))
@@ -45,21 +44,7 @@ def verify(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
 @pytest.fixture(scope="module")
 def gb200_lab():
     """The gb200 topology, up (lab.json's data); down again after the module."""
-    problem = _lab_problem()
-    if problem:
-        if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab not available: {problem}")
-        pytest.skip(f"lab not available: {problem}")
-    from fabricops_lab import paths, rack, topology
-
-    if paths.lab_json().exists() and paths.load_lab().get("topology") != topology.resolve(TOPOLOGY):
-        rack.down()
-    # facts cached from the hosts of another lab must not stand for these (gathering = smart)
-    shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)
-    data = rack.up(TOPOLOGY, None, INVENTORY.parent)
-    yield data
-    if os.environ.get("FABRICOPS_LAB_KEEP") != "1" and paths.lab_json().exists():
-        rack.down()
+    yield from topology_lab(TOPOLOGY)
 
 
 @pytest.fixture(scope="module")

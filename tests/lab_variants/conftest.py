@@ -10,28 +10,12 @@ as root, with the lab free (docs/development.md, "The mixed-variant rack test").
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
-from integration.conftest import INVENTORY, REPO, _lab_problem
+from labtools import topology_lab
 
 TOPOLOGY = "variants"
 
 
 @pytest.fixture(scope="module")
 def variants_lab():
-    problem = _lab_problem()
-    if problem:
-        if os.environ.get("FABRICOPS_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab not available: {problem}")
-        pytest.skip(f"lab not available: {problem}")
-    from fabricops_lab import paths, rack, topology
-
-    if paths.lab_json().exists() and paths.load_lab().get("topology") != topology.resolve(TOPOLOGY):
-        rack.down()
-    shutil.rmtree(REPO / ".cache" / "facts", ignore_errors=True)  # another lab's hosts' facts
-    data = rack.up(TOPOLOGY, None, INVENTORY.parent)
-    yield data
-    if os.environ.get("FABRICOPS_LAB_KEEP") != "1" and paths.lab_json().exists():
-        rack.down()
+    yield from topology_lab(TOPOLOGY)
