@@ -56,7 +56,7 @@ def daemons(host: str) -> dict[str, int]:
 
 def test_first_run_installs_fm_nvlsm_libnvsdm_and_completes_the_fabric(before, converged):
     # as the lab brings them up: the fabric manager they need is not there
-    assert before == {h: {("Not Started", "N/A")} for h in HOSTS}, before
+    assert before == {h: {("In Progress", "N/A")} for h in HOSTS}, before
     bad = {h: s for h, s in converged.hosts.items() if s["failures"] or s["unreachable"]}
     assert not bad, bad
     assert {h: converged.hosts[h]["changed"] > 0 for h in HOSTS} == {h: True for h in HOSTS}
@@ -98,7 +98,7 @@ def test_restart_stops_both_daemons_of_the_unit(converged):
     ssh(host, "systemctl stop nvidia-fabricmanager")
     try:
         assert daemons(host) == {"nv-fabricmanager": 0, "nvlsm": 0}
-        assert fabric_states(host) == {("Not Started", "N/A")}
+        assert fabric_states(host) == {("In Progress", "N/A")}
     finally:
         ssh(host, "systemctl start nvidia-fabricmanager")
     assert fabric_states(host) == {("Completed", "Success")}
@@ -110,10 +110,10 @@ def test_removed_nvlsm_fails_the_fabric_and_verify_then_the_role_repairs_it(conv
     assert ssh(host, "systemctl is-active nvidia-fabricmanager", check=False).stdout.strip() == "failed"
     log = ssh(host, "cat /var/log/fabricmanager.log").stdout
     assert "NV_WARN_NOTHING_TO_DO" in log and "nvlsm is not installed" in log
-    assert fabric_states(host) == {("Not Started", "N/A")}
+    assert fabric_states(host) == {("In Progress", "N/A")}
     results = verify_fabric_manager(tmp_path)
     assert results[host]["status"] == "fail", results[host]
-    assert "Fabric State Not Started" in results[host]["message"], results[host]
+    assert "Fabric State In Progress" in results[host]["message"], results[host]
     assert results[other]["status"] == "pass", results[other]
     run = fabric_manager()
     assert run.rc == 0, run.stdout[-3000:]

@@ -433,6 +433,11 @@ def fabric_state(hw: dict[str, Any]) -> tuple[str, str] | None:
     st = fm_running()
     if st and st.get("version") == hw.get("driver_version"):
         return "Completed", "Success"
+    if hw.get("nvswitch_mgmt_ports"):
+        # an NVLink 5 board (HGX B200/B300): its GPUs wait for registration until the fabric manager
+        # and NVLSM run: "An `In Progress` state indicates that the GPU is being registered and
+        # FabricManager is likely not running or missing the NVLSM dependency" (siderolabs/extensions#717)
+        return "In Progress", "N/A"
     return "Not Started", "N/A"
 
 
