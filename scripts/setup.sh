@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Install what fabricops needs on this machine (Debian 12 as root), safe to run again:
 # Debian packages for the emulated rack and the tests, then the Python environment in .venv.
-#   scripts/setup.sh [--arm64]
+#   scripts/setup.sh [--arm64] [--rpm]
 # --arm64 (opt-in, not CI's path) adds qemu-user-static: the lab's arm64 hosts (a topology host with
 # `arch: arm64`) run under qemu-aarch64-static, which the lab registers with binfmt_misc itself
 # (lab/src/fabricops_lab/foreign_arch.py); binfmt-support is not needed.
+# --rpm (opt-in, not CI's path) adds what the lab's signed RPM repositories are built and checked with
+# (lab/src/fabricops_lab/rpm_repo.py): rpm (rpmbuild, rpmsign, rpmkeys) and createrepo-c; gnupg is in the
+# default list. dnf itself runs in the `rpm` host variant's root, not on the controller.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ARM64=0
+RPM=0
 for arg in "$@"; do
   case $arg in
     --arm64) ARM64=1 ;;
-    *) echo "usage: scripts/setup.sh [--arm64]" >&2; exit 2 ;;
+    --rpm) RPM=1 ;;
+    *) echo "usage: scripts/setup.sh [--arm64] [--rpm]" >&2; exit 2 ;;
   esac
 done
 
@@ -33,6 +38,9 @@ DEB_PACKAGES=(
 )
 if ((ARM64)); then
   DEB_PACKAGES+=(qemu-user-static)    # arm64 lab hosts: qemu-aarch64-static through binfmt_misc
+fi
+if ((RPM)); then
+  DEB_PACKAGES+=(rpm createrepo-c)    # the lab's RPM repositories: rpmbuild, rpmsign, createrepo_c
 fi
 
 missing=()

@@ -203,6 +203,7 @@ def build_variant(
         _in_root(mnt, "usr/sbin/policy-rc.d").unlink()
         for rel in spec.get("remove") or []:  # what the purged package left that the OS has not
             _in_root(mnt, rel).unlink(missing_ok=True)
+        write_files(mnt, spec)
         lists = _in_root(mnt, "var/lib/apt/lists")
         for f in lists.iterdir() if lists.is_dir() else []:
             if f.is_file() and f.name != "lock":
@@ -234,6 +235,27 @@ def build_variant(
     log.warning(
         "lab host variant %s built in %.0f s (%d MB)", variant, info["build_seconds"], info["size_mb"]
     )
+
+
+def write_files(root: Path, spec: dict[str, Any]) -> None:
+    """A variant's own files, after its packages: ``mkdir`` (directories, mode 0755), ``write`` (path ->
+    text, mode 0644, replacing a link there rather than writing through it) and then ``link`` (path ->
+    target, as ``ln -sf`` makes it; a relative target is relative to the link's directory, as the
+    distribution ships it). Paths are relative to the root and resolved inside it; a path that leaves
+    the root is refused."""
+    for key in ("mkdir", "write", "link"):
+        for rel in spec.get(key) or ():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise FabricopsError(f"a host variant's {key}: path must be relative, inside the root: "
+                                     f"{rel!r}")
+    for rel in spec.get("mkdir") or ():
+        _in_root(root, rel).mkdir(parents=True, exist_ok=True)
+        os.chmod(_in_root(root, rel), 0o755)
+    for rel, text in (spec.get("write") or {}).items():
+        _write(root, rel, text)
+        os.chmod(_in_root(root, rel), 0o644)
+    for rel, target in (spec.get("link") or {}).items():
+        _link(root, rel, target)
 
 
 def _umount(path: Path) -> None:

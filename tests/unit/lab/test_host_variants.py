@@ -29,7 +29,7 @@ def _host(variant: str | None) -> dict:
 
 def test_the_recipe_names_the_variants_and_each_installs_its_stack_without_ifupdown():
     recipe = image.load_recipe()
-    assert image.variants(recipe) == ("default", "netplan", "networkmanager")
+    assert image.variants(recipe) == ("default", "netplan", "networkmanager", "rpm")
     assert "ifupdown" in recipe["packages"]  # the default variant is the image itself
     netplan, nm = recipe["variants"]["netplan"], recipe["variants"]["networkmanager"]
     assert {"netplan.io", "udev"} <= set(netplan["install"]) and "network-manager" not in netplan["install"]
@@ -50,13 +50,13 @@ def test_a_topology_naming_an_unknown_variant_is_refused_with_the_choices():
     with pytest.raises(topology.TopologyError) as err:
         topology.normalise(raw)
     assert "hosts[0].variant" in str(err.value)
-    assert "'sles' is not host variant (one of default, netplan, networkmanager)" in str(err.value)
+    assert "'sles' is not host variant (one of default, netplan, networkmanager, rpm)" in str(err.value)
 
 
 def test_an_unknown_variant_layer_is_refused_before_anything_is_built(monkeypatch):
     monkeypatch.setattr(image, "ensure_image", lambda *a, **k: pytest.fail("built the image"))
-    with pytest.raises(Exception, match=r"no host variant 'rpm'.*fix the topology"):
-        image.ensure_variant("rpm")
+    with pytest.raises(Exception, match=r"no host variant 'sles'.*fix the topology"):
+        image.ensure_variant("sles")
 
 
 def test_default_hosts_get_ifupdown_stanzas():
