@@ -89,8 +89,7 @@ def test_a_second_run_and_check_mode_change_nothing(converged, ansible_playbook)
 
 
 def test_drift_names_a_hand_edit_of_the_netplan_file_and_fix_puts_it_back(converged, ssh, tmp_path):
-    rc, out, data = _drift(json_path=tmp_path / "clean.json")
-    assert rc == 0, out
+    # (a clean drift first would repeat what check mode's changed=0 above shows: 10 s of CI)
     ssh(HOST, f"sed -i 's#198.18.0.3/16#198.18.0.203/16#' {IPOIB_FILE}")
     before = ssh(HOST, f"sha256sum {IPOIB_FILE}; ip -br addr").stdout
     rc, out, data = _drift(json_path=tmp_path / "drift.json")
