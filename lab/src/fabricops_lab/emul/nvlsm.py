@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from . import devstate, services
+from .services import _err, _hw, _out  # the emulated tools' output and hardware helpers
 
 MGMT_PORTS = "nvswitch_mgmt_ports"
 NVLSM_BIN = "opt/nvidia/nvlsm/sbin/nvlsm"
@@ -46,23 +47,6 @@ NVLSM_STATE = "run/emulated-hw/nvlsm.json"
 #: nvidia-fabricmanager-start.sh waits this long for NVLSM's socket before it starts FM
 SOCKET_WAIT_S = 5.0
 NOTHING_TO_DO = "NV_WARN_NOTHING_TO_DO"
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def _hw() -> dict[str, Any]:
-    try:
-        return devstate.load_hardware()
-    except (OSError, ValueError):
-        return {}
 
 
 def mgmt_ports(hw: dict[str, Any]) -> list[dict[str, Any]]:
