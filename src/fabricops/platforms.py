@@ -32,15 +32,36 @@ HOST_ROLES = (
     "subnet_manager",
 )
 
-#: (distribution, major version, meta/main.yml name, meta/main.yml version) the tests run
-TESTED: tuple[tuple[str, str, str, str], ...] = (("Debian", "12", "Debian", "bookworm"),)
-#: architectures the tests run (``ansible_facts.architecture``)
-TESTED_ARCH = ("x86_64",)
-#: the ``os_family`` whose package and network steps the roles implement
-IMPLEMENTED_FAMILIES = ("Debian",)
-#: architectures the roles' repository and package choices know (aarch64: issue 37, not yet)
-IMPLEMENTED_ARCH = ("x86_64",)
+#: (distribution, major version, architecture) -> (meta/main.yml name, meta/main.yml version)
+META_NAMES = {("Debian", "12"): ("Debian", "bookworm"), ("Rocky", "9"): ("EL", "9")}
+DEBIAN12_X86 = ("Debian", "12", "x86_64")
 
+
+@dataclass(frozen=True)
+class RoleSupport:
+    """What one host role implements (``families`` x ``arches``: its package, repository and
+    network steps exist there) and what the tests run (``tested``: (distribution, major,
+    architecture) rows, each proven on a lab host)."""
+
+    tested: tuple[tuple[str, str, str], ...] = (DEBIAN12_X86,)
+    families: tuple[str, ...] = ("Debian",)
+    arches: tuple[str, ...] = ("x86_64",)
+
+    @property
+    def text(self) -> str:
+        """``Debian 12 on x86_64`` / ``Debian 12 on x86_64 and aarch64, Rocky 9 on x86_64``."""
+        seen: dict[tuple[str, str], list[str]] = {}
+        for dist, major, arch in self.tested:
+            seen.setdefault((dist, major), []).append(arch)
+        return ", ".join(f"{d} {m} on {' and '.join(a)}" for (d, m), a in seen.items())
+
+
+#: per host role, what it supports; a role absent here is Debian 12 on x86_64 (apt family) only.
+#: Widen a role's row only with the lab test that runs it (docs/lab-fidelity.md names each).
+SUPPORT: dict[str, RoleSupport] = {role: RoleSupport() for role in HOST_ROLES}
+
+#: kept for callers that ask for the default row's words
+TESTED: tuple[tuple[str, str, str, str], ...] = (("Debian", "12", "Debian", "bookworm"),)
 SUPPORTED_TEXT = "Debian 12 on x86_64"
 
 
@@ -66,30 +87,37 @@ def refusal(role: str, facts: Mapping[str, Any] | None, allow_untested: bool = F
             "architecture are missing): gather facts (gather_subset: min) before the role; nothing was "
             "changed."
         )
+    support = SUPPORT[role]
     dist, major = str(facts["distribution"]), str(facts.get("distribution_major_version") or "")
-    arch, family = str(facts["architecture"]), str(facts.get("os_family") or "")
-    if any(dist == d and major == m for d, m, _n, _v in TESTED) and arch in TESTED_ARCH:
+    arch = ARCH_ALIASES.get(str(facts["architecture"]), str(facts["architecture"]))
+    family = str(facts.get("os_family") or "")
+    if (dist, major, arch) in support.tested:
         return ""
     found = _found(facts)
-    if family in IMPLEMENTED_FAMILIES and arch in IMPLEMENTED_ARCH:
+    if family in support.families and arch in support.arches:
         if allow_untested:
             return ""
+        kind = {"Debian": "an apt-family", "RedHat": "a dnf-family"}.get(family, f"a {family}-family")
         return (
-            f"{who} supports {SUPPORTED_TEXT}; this host is {found}, an apt-family system the tests do "
+            f"{who} supports {support.text}; this host is {found}, {kind} system the tests do "
             "not run: nothing was changed. Set fabricops_allow_untested_platform: true to run the "
             "role on it anyway."
         )
     return (
-        f"{who} supports {SUPPORTED_TEXT}; this host is {found}, whose package manager or "
+        f"{who} supports {support.text}; this host is {found}, whose package manager or "
         "architecture the role does not implement: nothing was changed."
     )
 
 
-def meta_platforms() -> list[dict[str, Any]]:
-    """What each host role's ``meta/main.yml`` ``galaxy_info.platforms`` says: exactly :data:`TESTED`."""
+def meta_platforms(role: str | None = None) -> list[dict[str, Any]]:
+    """What a host role's ``meta/main.yml`` ``galaxy_info.platforms`` says: exactly its tested
+    rows (Galaxy names carry no architecture)."""
+    tested = SUPPORT[role].tested if role else (DEBIAN12_X86,)
     out: dict[str, list[str]] = {}
-    for _d, _m, name, version in TESTED:
-        out.setdefault(name, []).append(version)
+    for dist, major, _arch in tested:
+        name, version = META_NAMES[(dist, major)]
+        if version not in out.setdefault(name, []):
+            out[name].append(version)
     return [{"name": n, "versions": v} for n, v in out.items()]
 
 

@@ -6,7 +6,7 @@ gpu01, in one rack.
   the arm64 python3) answer there with its own hardware: nvidia-smi, lspci, the HCAs' sysfs; NCCL
   sits in the aarch64 multiarch directory;
 - the product's first role step on gh01, the platform gate, refuses aarch64 before anything changes
-  (src/fabricops/platforms.py, IMPLEMENTED_ARCH), with the sentence ``platforms.refusal`` gives.
+  (src/fabricops/platforms.py, SUPPORT), with the sentence ``platforms.refusal`` gives.
 
 docs/development.md, "The arm64 host test", says how to run it and what it costs.
 """
