@@ -288,3 +288,42 @@ def kernel_headers_package(facts: Mapping[str, Any] | None, kernel: str | None =
     if release.endswith("+64k"):
         return f"kernel-64k-devel-{release[: -len('+64k')]}"
     return f"kernel-devel-{release}"
+
+
+# --- the support table as the docs show it (docs/platforms.md, between its BEGIN/END markers) ------
+
+_FAMILY_WORDS = {"Debian": "apt family", "RedHat": "dnf family (RHEL, Rocky, Alma)"}
+
+
+def support_markdown() -> str:
+    """One row per host role: what the lab runs it on, and what it implements but no test runs
+    (accepted with ``fabricops_allow_untested_platform: true``). tests/unit/test_host_platforms.py
+    keeps docs/platforms.md equal to it."""
+    lines = ["| role | tested on a lab host | implemented, not tested (opt-in) |", "|---|---|---|"]
+    for role in HOST_ROLES:
+        support = SUPPORT[role]
+        rest = ", ".join(_FAMILY_WORDS.get(f, f) for f in support.families)
+        lines.append(f"| `{role}` | {support.text} | other {rest} releases on {' and '.join(support.arches)} |")
+    return "\n".join(lines)
+
+
+_BEGIN = "<!-- BEGIN fabricops.platforms.support_markdown -->"
+_END = "<!-- END fabricops.platforms.support_markdown -->"
+
+
+def render_docs(text: str) -> str:
+    """``text`` (docs/platforms.md) with its generated region rewritten from :data:`SUPPORT`."""
+    head, sep, rest = text.partition(_BEGIN)
+    _old, sep2, tail = rest.partition(_END)
+    if not sep or not sep2:
+        raise ValueError(f"the page has no {_BEGIN} ... {_END} region")
+    return f"{head}{_BEGIN}\n{support_markdown()}\n{_END}{tail}"
+
+
+if __name__ == "__main__":  # python -m fabricops.platforms docs/platforms.md: rewrite its table
+    import sys
+    from pathlib import Path
+
+    for name in sys.argv[1:]:
+        page = Path(name)
+        page.write_text(render_docs(page.read_text()))

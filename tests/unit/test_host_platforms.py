@@ -138,3 +138,25 @@ def test_a_false_string_from_the_command_line_keeps_ubuntu_refused(tmp_path):
     _proc, refused = _play(tmp_path, UBUNTU24, ["-e", "fabricops_allow_untested_platform=false"])
     assert set(refused) == set(platforms.HOST_ROLES)
     assert refused["ipoib"]["msg"] == platforms.refusal("ipoib", UBUNTU24)
+
+
+def test_the_docs_table_is_the_support_table():
+    page = (ROOT / "docs" / "platforms.md").read_text()
+    assert platforms.render_docs(page) == page, (
+        "docs/platforms.md is stale: run python -m fabricops.platforms docs/platforms.md")
+    for role in platforms.HOST_ROLES:
+        assert f"| `{role}` | {platforms.SUPPORT[role].text} |" in page
+
+
+def test_a_role_row_widens_only_that_role(monkeypatch):
+    rocky_x86 = ("Rocky", "9", "x86_64")
+    monkeypatch.setitem(platforms.SUPPORT, "nccl_profile", platforms.RoleSupport(
+        tested=(platforms.DEBIAN12_X86, rocky_x86), families=("Debian", "RedHat")))
+    assert platforms.refusal("nccl_profile", ROCKY9) == ""
+    assert platforms.refusal("ipoib", ROCKY9) != ""
+    assert platforms.meta_platforms("nccl_profile") == [
+        {"name": "Debian", "versions": ["bookworm"]}, {"name": "EL", "versions": ["9"]}]
+    alma = dict(ROCKY9, distribution="AlmaLinux")
+    assert "a dnf-family system the tests do not run" in platforms.refusal("nccl_profile", alma)
+    assert platforms.refusal("nccl_profile", alma, allow_untested=True) == ""
+    assert "Debian 12 on x86_64, Rocky 9 on x86_64" in platforms.support_markdown()
