@@ -135,6 +135,12 @@ def apt_packages_versions(text, package):
     return sorted(set(versions))
 
 
+def versionlock_versions(text, package):
+    """The versions dnf's versionlock list locks a package to (fabricops.services.versionlock_versions)."""
+    _need()
+    return _svc.versionlock_versions(str(text or ""), str(package))
+
+
 def fabric_manager_choice(driver_version, available, installed=None):
     _need()
     try:
@@ -280,6 +286,7 @@ class FilterModule:
             "fabric_manager_installed": fabric_manager_installed,
             "apt_packages_versions": apt_packages_versions,
             "fabric_manager_choice": fabric_manager_choice,
+            "versionlock_versions": versionlock_versions,
             "lsmod_modules": lsmod_modules,
             "fabric_services": fabric_services,
             "fabric_manager_refusal": fabric_manager_refusal,

@@ -2,13 +2,14 @@
 task of every role (the ``fabricops.fabric.platform_refusal`` filter) and by the tests that keep
 each role's ``meta/main.yml`` platforms equal to it.
 
-"Supported" is what the tests run: the lab's hosts are Debian 12 on x86_64 (docs/lab-fidelity.md).
-The roles' package, repository and network steps are written for the apt family (apt, dpkg,
-``/etc/apt/sources.list.d``, ifupdown or NetworkManager); a host of another family (RHEL, Rocky,
-SLES: dnf or zypper) would fail deep inside a role, after changing things, so it is refused before
-anything changes. An apt-family system the tests do not run (Ubuntu 22.04 / 24.04, another Debian)
-is refused too, unless the operator opts in with ``fabricops_allow_untested_platform: true``: the
-steps exist for it, nobody has proven them there.
+"Supported" is what the tests run, per role (:data:`SUPPORT`): every host role on Debian 12 x86_64
+(the lab's default hosts), the roles :data:`AARCH64_ROLES` names on Debian 12 aarch64 (the arm64 host
+gh01, under qemu-user) and the fabric manager on Rocky 9 x86_64 (the ``rpm`` host: real dnf and rpm);
+docs/lab-fidelity.md says what each lab host is. A host of a family or architecture a role does not
+implement (SLES, or RHEL for a role with apt steps only) would fail deep inside it, after changing
+things, so it is refused before anything changes. A system of an implemented family and architecture
+the tests do not run (Ubuntu 22.04 / 24.04, Alma) is refused too, unless the operator opts in with
+``fabricops_allow_untested_platform: true``: the steps exist for it, nobody has proven them there.
 """
 
 from __future__ import annotations
@@ -56,9 +57,35 @@ class RoleSupport:
         return ", ".join(f"{d} {m} on {' and '.join(a)}" for (d, m), a in seen.items())
 
 
-#: per host role, what it supports; a role absent here is Debian 12 on x86_64 (apt family) only.
-#: Widen a role's row only with the lab test that runs it (docs/lab-fidelity.md names each).
-SUPPORT: dict[str, RoleSupport] = {role: RoleSupport() for role in HOST_ROLES}
+DEBIAN12_ARM = ("Debian", "12", "aarch64")
+ROCKY9_X86 = ("Rocky", "9", "x86_64")
+_ARM = RoleSupport(tested=(DEBIAN12_X86, DEBIAN12_ARM), arches=("x86_64", "aarch64"))
+
+#: per host role, what it supports. Widen a row only with the lab test that runs it:
+#:
+#: - aarch64 (issue 37 point 4): site.yml converges on the lab's arm64 host gh01 (a GH200 server:
+#:   MLNX_OFED from its -aarch64 tarball, firmware, the subnet manager check, GPUDirect, IPoIB, NCCL),
+#:   a second run and check mode change nothing, verify passes and drift names a hand edit
+#:   (tests/lab_arm64/test_arm64_host.py). roce_host, the fabric manager, IMEX and the monitor stay
+#:   x86_64: gh01 has no RoCE port, no NVSwitch, no NVL72 tray and runs no monitoring play.
+#: - the RHEL family (issue 37 point 3): the fabric manager converges on the lab's ``rpm`` host (real
+#:   dnf / rpm with Rocky 9.4's identity) from the lab's signed RPM repository, version-locked with
+#:   dnf versionlock; a second run and check mode change nothing; drift sees a removal and an unlock
+#:   (tests/lab_rpm/).
+SUPPORT: dict[str, RoleSupport] = {
+    "fabric_monitor": RoleSupport(),
+    "gpudirect": _ARM,
+    "ipoib": _ARM,
+    "mlnx_ofed": _ARM,
+    "nccl_profile": _ARM,
+    "nic_firmware": _ARM,
+    "nvidia_fabric_manager": RoleSupport(tested=(DEBIAN12_X86, ROCKY9_X86), families=("Debian", "RedHat")),
+    "nvidia_imex": RoleSupport(),
+    "roce_host": RoleSupport(),
+    "subnet_manager": _ARM,
+}
+#: the roles proven on aarch64 (docs, tests)
+AARCH64_ROLES = tuple(r for r in HOST_ROLES if "aarch64" in SUPPORT[r].arches)
 
 #: kept for callers that ask for the default row's words
 TESTED: tuple[tuple[str, str, str, str], ...] = (("Debian", "12", "Debian", "bookworm"),)
@@ -180,9 +207,12 @@ class HostPlatform:
 
 
 #: (distributions, major version, architecture, proven, DOCA os (``{version}``: distribution_version),
-#: CUDA os (None: none cited)); the one table. The lab's Debian 12 x86_64 is the only "lab" row.
+#: CUDA os (None: none cited)); the one table. The lab runs Debian 12 x86_64 and aarch64 (gh01, the
+#: arm64 host: its DOCA mirror is the lab's ``debian12/arm64-sbsa``, NVIDIA's spelling for aarch64; no
+#: public source cites a Debian 12 sbsa CUDA repository, hence None).
 _ROWS: tuple[tuple[tuple[str, ...], str, str, str, str, str | None], ...] = (
     (("Debian",), "12", "x86_64", "lab", "debian12", "debian12"),
+    (("Debian",), "12", "aarch64", "lab", "debian12", None),
     (("Ubuntu",), "22", "x86_64", "unit", "ubuntu22.04", "ubuntu2204"),
     (("Ubuntu",), "22", "aarch64", "unit", "ubuntu22.04", "ubuntu2204"),
     (("Ubuntu",), "24", "x86_64", "unit", "ubuntu24.04", "ubuntu2404"),
@@ -257,7 +287,7 @@ def doca_repo_path(facts: Mapping[str, Any] | None) -> str:
 def cuda_repo_path(facts: Mapping[str, Any] | None) -> str:
     """NVIDIA's CUDA repository ``<os>/<arch>`` for this host (``ubuntu2404/sbsa``)."""
     plat = host_platform(facts)
-    if not plat.cuda_path:  # pragma: no cover - every row has one today
+    if not plat.cuda_path:  # Debian 12 aarch64: none cited
         raise ValueError(f"fabricops knows no CUDA repository path for {plat.name}")
     return plat.cuda_path
 
@@ -292,7 +322,7 @@ def kernel_headers_package(facts: Mapping[str, Any] | None, kernel: str | None =
 
 # --- the support table as the docs show it (docs/platforms.md, between its BEGIN/END markers) ------
 
-_FAMILY_WORDS = {"Debian": "apt family", "RedHat": "dnf family (RHEL, Rocky, Alma)"}
+_FAMILY_WORDS = {"Debian": "apt-family", "RedHat": "dnf-family (RHEL, Rocky, Alma)"}
 
 
 def support_markdown() -> str:
@@ -303,7 +333,8 @@ def support_markdown() -> str:
     for role in HOST_ROLES:
         support = SUPPORT[role]
         rest = ", ".join(_FAMILY_WORDS.get(f, f) for f in support.families)
-        lines.append(f"| `{role}` | {support.text} | other {rest} releases on {' and '.join(support.arches)} |")
+        arches = " and ".join(support.arches)
+        lines.append(f"| `{role}` | {support.text} | other {rest} releases on {arches} |")
     return "\n".join(lines)
 
 

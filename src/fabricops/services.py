@@ -273,6 +273,31 @@ def fm_choice(driver_version: str, available: list[str], installed: str | None =
                     + (f" (replacing {upstream(installed)})" if installed else ""))}
 
 
+#: rpm's query format for what the roles read of installed packages on the RHEL family: the line
+#: ``dpkg-query -W -f='${Package}|${Version}|${Status}\n'`` gives on Debian (fm_installed reads both). rpm
+#: lists only installed packages (its database has no "known, not installed" or "held" state: dnf's
+#: versionlock list holds the hold), so every line's status is "install ok installed".
+RPM_QUERY_FORMAT = "%{NAME}|%{VERSION}-%{RELEASE}|install ok installed\n"
+
+_LOCK = re.compile(r"^(?P<name>.+)-(?:(?P<epoch>\d+):)?(?P<version>[^-:]+-[^-:]+)\.(?P<arch>[^.\s]+)$")
+
+
+def versionlock_versions(text: str, package: str) -> list[str]:
+    """The ``<version>-<release>`` values dnf's versionlock plugin locks PACKAGE to, from its list file
+    (``/etc/dnf/plugins/versionlock.list``). ``dnf versionlock add`` writes one ``name-epoch:version-
+    release.arch`` line per package (dnf-plugins-core ``versionlock.py`` ``pkgtup2spec``: arch ``*``);
+    ``#`` lines are comments and ``!`` lines excludes (``dnf versionlock exclude``), not locks."""
+    out = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        m = _LOCK.match(line)
+        if m and m.group("name") == package and m.group("version") not in out:
+            out.append(m.group("version"))
+    return out
+
+
 def is_nvswitch_system(q_gpus: list[dict[str, Any]]) -> bool:
     """From ``nvidia-smi -q`` (parsed): GPUs whose Fabric section reports a state (N/A elsewhere)."""
     return any(g.get("fabric_state") for g in q_gpus)

@@ -282,6 +282,25 @@ def test_module_without_diff_gets_a_note():
     assert rep.exit_status() == EXIT_DRIFT
 
 
+def test_dnf_results_strings_are_one_change_not_an_empty_loop():
+    """ansible.builtin.dnf in check mode returns ``results`` as strings (recorded on the lab's rpm host,
+    tests/lab_rpm): one drifted task, not a loop whose items all lack a result."""
+    res = {"ansible_facts": {"pkg_mgr": "dnf"}, "changed": True, "rc": 0,
+           "msg": "Check mode: No changes made, but would have if not in check mode",
+           "results": ["Installed: nvidia-fabric-manager-550.54.15-1.x86_64"]}
+    task = "Install the fabric manager (dnf)"
+    ev = {"event": "runner_on_ok",
+          "event_data": {"host": "gpu02", "role": "nvidia_fabric_manager", "task": task, "res": res}}
+    rep = dr.from_events([ev])
+    assert [(i.host, i.task, i.item) for i in rep.items] == [("gpu02", task, None)]
+    assert rep.exit_status() == EXIT_DRIFT
+    # a real loop still gives one item per changed result
+    loop = {"changed": True, "results": [{"changed": True, "item": "a"}, {"changed": False, "item": "b"}]}
+    ev = {"event": "runner_on_ok", "event_data": {"host": "gpu02", "task": "t", "res": loop}}
+    rep = dr.from_events([ev])
+    assert [i.item for i in rep.items] == ["a"]
+
+
 def test_targeted_host_without_a_result_is_not_checked_never_no_drift():
     # serial batches: the run stopped before gpu05's batch; gpu05 has no event at all
     rep = dr.from_events(events("check-clean.jsonl"), targets=["gpu04", "gpu05"])

@@ -78,9 +78,18 @@ def test_the_roles_expressions_pick_the_b200_companions_from_the_table():
 
     got = companions("hgx-b200-ndr", listing)
     beside = "Install what the platform needs beside"
-    (apt,) = [t for t in _tasks("package.yml") if t["name"].startswith(beside)]
+    (apt,) = [t for t in _tasks("package.yml") if t["name"].startswith(beside) and "ansible.builtin.apt" in t]
     specs = _render(apt["ansible.builtin.apt"]["name"], __nvidia_fabric_manager_companions=got)
     assert list(specs) == ["nvlsm", "libnvsdm-570=570.124.06-*"]
+    # the RHEL family's task gives dnf NAME-VERSION for the same choice (any release)
+    (dnf,) = [t for t in _tasks("package.yml") if t["name"].startswith(beside) and "ansible.builtin.dnf" in t]
+    from ansible.plugins.filter.core import regex_replace
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["regex_replace"] = regex_replace
+    dnf_expr = dnf["ansible.builtin.dnf"]["name"].strip().removeprefix("{{").removesuffix("}}")
+    assert list(env.compile_expression(dnf_expr)(__nvidia_fabric_manager_companions=got)) == [
+        "nvlsm", "libnvsdm-570-570.124.06"]
     assert companions("hgx-h100-ndr", listing) == []
     assert companions("", listing) == []
     installed = (listing + "nvlsm|2025.06.5-1|install ok installed\n"

@@ -47,20 +47,46 @@ def test_the_tested_platform_passes_every_host_role():
 def test_an_untested_apt_system_is_refused_unless_opted_in():
     msg = platforms.refusal("ipoib", UBUNTU24)
     assert msg == (
-        "fabricops.fabric.ipoib supports Debian 12 on x86_64; this host is Ubuntu 24.04 (x86_64, Debian "
-        "family), an apt-family system the tests do not run: nothing was changed. Set "
+        "fabricops.fabric.ipoib supports Debian 12 on x86_64 and aarch64; this host is Ubuntu 24.04 (x86_64, "
+        "Debian family), an apt-family system the tests do not run: nothing was changed. Set "
         "fabricops_allow_untested_platform: true to run the role on it anyway."
     )
     assert platforms.refusal("ipoib", UBUNTU24, allow_untested=True) == ""
 
 
-@pytest.mark.parametrize("facts", [ROCKY9, SLES15, DEBIAN12_ARM], ids=["rocky9", "sles15", "debian12-arm64"])
+@pytest.mark.parametrize("facts", [ROCKY9, SLES15], ids=["rocky9", "sles15"])
 def test_another_family_or_architecture_is_refused_even_when_opted_in(facts):
     for allow in (False, True):
         msg = platforms.refusal("mlnx_ofed", facts, allow_untested=allow)
-        assert msg.startswith("fabricops.fabric.mlnx_ofed supports Debian 12 on x86_64; this host is "), msg
+        assert msg.startswith("fabricops.fabric.mlnx_ofed supports Debian 12 on x86_64 and aarch64; this "
+                              "host is "), msg
         assert "does not implement: nothing was changed." in msg and "\n" not in msg
     assert "Rocky 9.4 (x86_64, RedHat family)" in platforms.refusal("ipoib", ROCKY9)
+
+
+def test_debian12_aarch64_runs_the_roles_proven_on_the_arm64_host_and_no_other():
+    """tests/lab_arm64 converges gh01 with these roles; the others refuse aarch64 even when opted in."""
+    assert platforms.AARCH64_ROLES == ("gpudirect", "ipoib", "mlnx_ofed", "nccl_profile", "nic_firmware",
+                                       "subnet_manager")
+    for role in platforms.HOST_ROLES:
+        msg = platforms.refusal(role, DEBIAN12_ARM)
+        if role in platforms.AARCH64_ROLES:
+            assert msg == "" and platforms.SUPPORT[role].text == "Debian 12 on x86_64 and aarch64", role
+            assert platforms.SUPPORT[role].arches == ("x86_64", "aarch64")
+        else:
+            text = platforms.SUPPORT[role].text
+            assert msg.startswith(f"fabricops.fabric.{role} supports {text}; this host is Debian 12.7 "
+                                  "(aarch64), whose package manager or architecture the role does not "
+                                  "implement"), msg
+            assert "aarch64" not in platforms.SUPPORT[role].text
+            assert platforms.refusal(role, DEBIAN12_ARM, allow_untested=True) == msg
+    # Ubuntu on aarch64: implemented (apt family, aarch64) but not tested: the opt-in lets it in
+    ubuntu_arm = dict(UBUNTU24, architecture="aarch64")
+    assert "an apt-family system the tests do not run" in platforms.refusal("ipoib", ubuntu_arm)
+    assert platforms.refusal("ipoib", ubuntu_arm, allow_untested=True) == ""
+    assert platforms.refusal("roce_host", ubuntu_arm, allow_untested=True) != ""
+    # Galaxy's platforms carry no architecture: Debian bookworm once
+    assert platforms.meta_platforms("mlnx_ofed") == [{"name": "Debian", "versions": ["bookworm"]}]
 
 
 def test_missing_facts_are_refused_not_passed():

@@ -1,6 +1,7 @@
 """Repository paths, package architectures and kernel headers chosen from facts (issue 37 point 4):
 fabricops.platforms' one table, on real `ansible -m setup` captures (tests/fixtures/ansible-facts/).
-No arm64 lab host exists: these unit tests are what proves the aarch64 rows."""
+The lab's arm64 host (gh01, Debian 12 aarch64: tests/lab_arm64) runs the Debian 12 aarch64 row; the
+Ubuntu and EL aarch64 rows are proven by these unit tests only."""
 
 from __future__ import annotations
 
@@ -94,10 +95,26 @@ def test_unknown_arch_is_one_sentence_naming_what_was_found_and_what_is_supporte
 
 
 def test_the_table_is_wider_than_the_gate():
-    """Rows chosen from facts do not widen what the roles accept: Ubuntu/EL/aarch64 are still refused."""
+    """Rows chosen from facts do not widen what the roles accept: Ubuntu and EL are still refused;
+    Ubuntu on aarch64 only with the opt-in, and only by a role proven on the lab's arm64 host."""
     ubuntu_arm = facts("ubuntu2404_gh200_64k.json")
     assert platforms.host_platform(ubuntu_arm)
     assert platforms.refusal("mlnx_ofed", ubuntu_arm) != ""
-    assert platforms.refusal("mlnx_ofed", ubuntu_arm, allow_untested=True) != ""
+    assert platforms.refusal("mlnx_ofed", ubuntu_arm, allow_untested=True) == ""
+    assert platforms.refusal("roce_host", ubuntu_arm, allow_untested=True) != ""
     assert platforms.refusal("mlnx_ofed", facts("almalinux97_aarch64.json"), allow_untested=True) != ""
-    assert [r["proven"] for r in platforms.platform_rows()].count("lab") == 1
+    lab = [(r["distributions"], r["architecture"]) for r in platforms.platform_rows() if r["proven"] == "lab"]
+    assert lab == [(["Debian"], "x86_64"), (["Debian"], "aarch64")]
+
+
+def test_debian12_aarch64_the_lab_arm64_host():
+    """gh01's facts: DOCA arm64-sbsa (the lab's mirror), dpkg arm64, linux-headers-<uname -r>; no CUDA
+    repository path is cited for Debian 12 sbsa."""
+    gh01 = {"distribution": "Debian", "distribution_major_version": "12", "distribution_version": "12.15",
+            "os_family": "Debian", "architecture": "aarch64", "kernel": "6.1.0-28-arm64"}
+    assert platforms.doca_repo_path(gh01) == "debian12/arm64-sbsa"
+    assert platforms.deb_arch(gh01) == "arm64"
+    assert platforms.kernel_headers_package(gh01) == "linux-headers-6.1.0-28-arm64"
+    assert platforms.host_platform(gh01).proven == "lab"
+    with pytest.raises(ValueError, match=r"no CUDA repository path for Debian 12\.15 aarch64"):
+        platforms.cuda_repo_path(gh01)

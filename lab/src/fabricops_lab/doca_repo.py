@@ -154,8 +154,15 @@ def packages(doca_version: str, kernel: str) -> list[ofed_repo.Deb]:
     return debs
 
 
-def repo_rel(doca_version: str) -> str:
-    return f"{SUBDIR}/{doca_version}/{OS_DIR}/{ofed_repo.machine_arch()}"
+#: dpkg architecture -> NVIDIA's DOCA-Host ``<arch>`` directory (fabricops.platforms.ARCH_PARTS: the
+#: product's table, which chooses the same directory from a host's facts)
+DOCA_ARCH = {"amd64": "x86_64", "arm64": "arm64-sbsa"}
+
+
+def repo_rel(doca_version: str, darch: str | None = None) -> str:
+    """``doca/<ver>/debian12/<arch>`` for dpkg architecture ``darch`` (default: the controller's)."""
+    darch = darch or ofed_repo.deb_arch()
+    return f"{SUBDIR}/{doca_version}/{OS_DIR}/{DOCA_ARCH.get(darch, ofed_repo.machine_arch(darch))}"
 
 
 def cache_key(releases: tuple[str, ...], kernel: str) -> str:
@@ -171,9 +178,11 @@ def cache_key(releases: tuple[str, ...], kernel: str) -> str:
 
 
 def build(out: Path, releases: tuple[str, ...] = tuple(RELEASES),
-          kernel: str | None = None) -> dict[str, Any]:
+          kernel: str | None = None, arches: tuple[str, ...] = ()) -> dict[str, Any]:
     """Build (or reuse) ``out/doca/<ver>/debian12/<arch>/`` for each release; return the manifest
-    ``{"key", "kernel", "versions": {VER: {"repo", "ofed_version", "dkms_version", "packages"}}}``."""
+    ``{"key", "kernel", "versions": {VER: {"repo", "ofed_version", "dkms_version", "packages"}}}``
+    for the controller's architecture, and ``"by_arch": {DARCH: {VER: {...}}}`` for each other dpkg
+    architecture in ``arches`` (``arm64``: ``.../debian12/arm64-sbsa/``), as ofed_repo.build caches."""
     kernel = kernel or ofed_repo.default_kernel()
     for r in releases:
         if r not in RELEASES:
@@ -185,24 +194,36 @@ def build(out: Path, releases: tuple[str, ...] = tuple(RELEASES),
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
         manifest = {}
-    if manifest.get("key") == key and all((out / v["repo"] / "Packages").is_file()
-                                          for v in manifest.get("versions", {}).values()):
+    primary = ofed_repo.deb_arch()
+    foreign = [a for a in dict.fromkeys(arches) if a != primary]
+    cached = list(manifest.get("by_arch") or {})
+    every = [manifest.get("versions", {}), *(manifest.get("by_arch") or {}).values()]
+    if manifest.get("key") == key and set(foreign) <= set(cached) and all(
+            (out / v["repo"] / "Packages").is_file() for vs in every for v in vs.values()):
         return manifest
+    if manifest.get("key") == key:
+        foreign = list(dict.fromkeys([*cached, *foreign]))
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".doca-build-", dir=out))
     try:
         result: dict[str, Any] = {"key": key, "kernel": kernel, "versions": {}}
-        arch = ofed_repo.deb_arch()
+        if foreign:
+            result["by_arch"] = {a: {} for a in foreign}
         for r in releases:
-            repo = staging / repo_rel(r)
-            repo.mkdir(parents=True)
             debs = packages(r, kernel)
-            for deb in debs:
-                ofed_repo.build_deb(deb, repo, arch)
-            ofed_repo.write_index(repo, label=f"DOCA {r}")
-            result["versions"][r] = {"repo": repo_rel(r), "ofed_version": RELEASES[r],
-                                     "dkms_version": dkms_version(RELEASES[r]),
-                                     "packages": {d.package: d.version for d in debs}}
+            for arch in (primary, *foreign):
+                repo = staging / repo_rel(r, arch)
+                repo.mkdir(parents=True)
+                for deb in debs:
+                    ofed_repo.build_deb(deb, repo, arch)
+                ofed_repo.write_index(repo, label=f"DOCA {r}", arch=arch)
+                facts = {"repo": repo_rel(r, arch), "ofed_version": RELEASES[r],
+                         "dkms_version": dkms_version(RELEASES[r]),
+                         "packages": {d.package: d.version for d in debs}}
+                if arch == primary:
+                    result["versions"][r] = facts
+                else:
+                    result["by_arch"][arch][r] = facts
         (staging / SUBDIR / "manifest.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         if top.exists():
             shutil.rmtree(top)
@@ -217,18 +238,25 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
     whose rebuild clears ``repo_dir()``; the same HTTP server serves them); sign them; return the
     ``fabricops_doca`` facts: ``{"repo_key_url", "repo_key_sha256", "default_version", "os",
     "versions": {VER: {"repo_url", "ofed_version", "ofed_info", "dkms_module", "dkms_version",
-    "profiles"}}}``. ``lab["doca_build"]`` may override ``versions`` and ``default_version``."""
+    "profiles"}}}`` (controller's architecture), plus ``"by_arch": {DARCH: {VER: {"repo_url"}}}``
+    for a topology's other architectures. ``lab["doca_build"]`` may override ``versions`` and
+    ``default_version``."""
     cfg = lab.get("doca_build") or {}
     releases = tuple(cfg.get("versions") or RELEASES)
     default = cfg.get("default_version") or (DEFAULT_RELEASE if DEFAULT_RELEASE in releases else releases[-1])
     if default not in releases:
         raise FabricopsError(f"doca default_version {default} is not one of {', '.join(releases)}")
     out = paths.repo_dir()
-    manifest = build(out, releases, (lab.get("ofed_build") or {}).get("built_for_kernel"))
+    arches = ofed_repo.topology_arches(lab.get("topology"))
+    manifest = build(out, releases, (lab.get("ofed_build") or {}).get("built_for_kernel"), arches)
     key_sha256 = ofed_repo.export_key(out / ofed_repo.KEY_FILE)
-    for v in manifest["versions"].values():
-        ofed_repo.sign_repo(out / v["repo"])
+    by_arch = {a: manifest["by_arch"][a] for a in arches[1:]}
+    for builds in (manifest["versions"], *by_arch.values()):
+        for v in builds.values():
+            ofed_repo.sign_repo(out / v["repo"])
     base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
+    extra = {"by_arch": {a: {r: {"repo_url": f"{base}/{v['repo']}/"} for r, v in b.items()}
+                         for a, b in by_arch.items()}} if by_arch else {}
     return {
         "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}",
         "repo_key_sha256": key_sha256,
@@ -240,4 +268,5 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
                 "dkms_version": v["dkms_version"], "profiles": sorted(PROFILES)}
             for r, v in manifest["versions"].items()
         },
+        **extra,
     }

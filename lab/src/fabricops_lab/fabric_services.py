@@ -13,7 +13,8 @@
   the fabric manager's ``nv-fabricmanager`` is the front-end of emul/nvlsm.py, which starts nvlsm first on a
   host with NVSwitch management ports (:func:`mark_nvlink5_hosts`; docs/lab-fidelity.md, "HGX B200").
 - :func:`install_driver_source` (from :func:`prepare`): on NVL72 trays, the driver's apt source (this
-  repository, as NVIDIA's CUDA repository is on a real tray), from which the nvidia_imex role installs.
+  repository, as NVIDIA's CUDA repository is on a real tray), from which the nvidia_imex role installs;
+  a tray of the ``rpm`` variant gets its dnf source instead (rpm_repo.install_driver_source).
 - :func:`install_into_root`: what every host gets at boot (hook in ``hosts.install_emulated_software``):
   the emulated ``modprobe``/``lsmod``/``rmmod`` front-ends, the ``emulated-hw-sm`` path unit and the
   emulated NVIDIA driver's boot step (``emulated-nvidia-driver.service``: /proc/devices and IMEX channel0).
@@ -145,16 +146,19 @@ def data_digest() -> str:
     return h.hexdigest()
 
 
-def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS) -> dict[str, Any]:
-    """Build the flat apt repository into ``out`` (replacing it); return its manifest."""
+def build_fm_repo(out: Path, versions: tuple[str, ...] = FM_VERSIONS,
+                  darch: str | None = None) -> dict[str, Any]:
+    """Build the flat apt repository into ``out`` (replacing it) for dpkg architecture ``darch``
+    (default: the controller's; the packages hold scripts and text only); return its manifest."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    arch = ofed_repo.deb_arch()
+    arch = darch or ofed_repo.deb_arch()
     for deb in (*fm_debs(versions), *imex_debs(versions), *nvlsm_debs(versions)):
         ofed_repo.build_deb(deb, out, arch)
-    ofed_repo.write_index(out, label="nvidia-fabricmanager (fabricops lab)")
-    manifest = {"versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)}),
+    ofed_repo.write_index(out, label="nvidia-fabricmanager (fabricops lab)", arch=arch)
+    manifest = {**({"arch": darch} if darch else {}),
+                "versions": list(versions), "packages": sorted({d.package for d in fm_debs(versions)}),
                 "imex_packages": sorted({d.package for d in imex_debs(versions)}),
                 "nvlsm_packages": [f"{d.package}={d.version}" for d in nvlsm_debs(versions)],
                 "data_sha256": data_digest()}
@@ -186,10 +190,30 @@ def prepare(lab: dict[str, Any]) -> dict[str, Any]:
     key_sha256 = ofed_repo.export_key(paths.repo_dir() / ofed_repo.KEY_FILE)
     ofed_repo.sign_repo(out)
     base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}"
+    by_arch = prepare_arches(lab, manifest, versions, base)
     install_driver_source(lab, f"{base}/{FM_REPO}")
     mark_nvlink5_hosts(lab)
     return {"repo_url": f"{base}/{FM_REPO}", "versions": list(versions), "packages": manifest["packages"],
-            "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}", "repo_key_sha256": key_sha256}
+            "repo_key_url": f"{base}/{ofed_repo.KEY_FILE}", "repo_key_sha256": key_sha256,
+            **({"by_arch": by_arch} if by_arch else {})}
+
+
+def prepare_arches(lab: dict[str, Any], manifest: dict[str, Any], versions: tuple[str, ...],
+                   base: str) -> dict[str, Any]:
+    """The same repository for each other architecture of the topology's hosts (``arch: arm64``) at
+    ``nvidia-fabricmanager-<darch>/``, signed; ``{DARCH: {"repo_url"}}`` (none for the default rack)."""
+    out: dict[str, Any] = {}
+    for darch in ofed_repo.topology_arches(lab.get("topology"))[1:]:
+        repo = paths.repo_dir() / f"{FM_REPO}-{darch}"
+        try:
+            have = json.loads((repo / "manifest.json").read_text())
+        except (OSError, ValueError):
+            have = None
+        if have != {**manifest, "arch": darch}:
+            build_fm_repo(repo, versions, darch)
+        ofed_repo.sign_repo(repo)
+        out[darch] = {"repo_url": f"{base}/{FM_REPO}-{darch}"}
+    return out
 
 
 #: The apt source an NVL72 tray's driver was installed from (NVIDIA's CUDA repository, which carries
@@ -201,13 +225,16 @@ DRIVER_KEYRING = "usr/share/keyrings/nvidia-cuda-lab.gpg"
 def install_driver_source(lab: dict[str, Any], repo_url: str) -> None:
     """On every NVL72 tray (a host with an ``nvlink_domain``): the driver's apt source (the lab's
     repository, signed with its key) and its package lists, as a driver installed from NVIDIA's CUDA
-    repository leaves them. HGX hosts get nothing (their fabric manager role brings its own source)."""
+    repository leaves them. HGX hosts get nothing (their fabric manager role brings its own source), nor
+    does a tray of the ``rpm`` variant (its dnf source: rpm_repo.install_driver_source)."""
     from fabricops_lab import hosts
 
     key = paths.repo_dir() / ofed_repo.KEY_FILE
     for h in (lab.get("topology") or {}).get("hosts") or []:
         root = paths.host_dir(h["name"]) / "root"
         if not h.get("nvlink_domain") or not (root / "etc").is_dir() or not key.is_file():
+            continue
+        if (h.get("variant") or "default") == "rpm":
             continue
         (root / DRIVER_KEYRING).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(key, root / DRIVER_KEYRING)

@@ -55,6 +55,9 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
     for h in topo["hosts"]:
         if h.get("nvlink_domain"):
             gpu_hosts[h["name"]]["fabricops_nvlink_domain"] = h["nvlink_domain"]
+        gpu_hosts[h["name"]].update(rpm_host_vars(lab, h))
+        gpu_hosts[h["name"]].update(arch_host_vars(lab, h))
+        gpu_hosts[h["name"]].update(host_ipoib_plan(topo, h))
     groups: dict[str, dict[str, Any]] = {"onyx_switches": {}, "cumulus_switches": {}, "ib_switches": {}}
     running = lab.get("switches") or {}
     for sw in topo["switches"]:
@@ -125,6 +128,54 @@ def hosts_yml(lab: dict[str, Any]) -> dict[str, Any]:
             "vars": dict(host_vars),
         }
     return out
+
+
+def arch_host_vars(lab: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
+    """A host's own variables where its architecture's artifacts differ from the rack's (group_vars
+    hold the controller's architecture's), as a mixed-arch rack's host_vars give them: the MLNX_OFED
+    tarball / ISO (URL and sha256) and apt repository, the DOCA-Host repository and the fabric
+    manager repository built for it (ofed_repo / doca_repo / fabric_services ``by_arch``). A GPU
+    host whose GPUs sit behind no NVSwitch (GH200: ``topology: direct``) runs no fabric manager."""
+    data: dict[str, Any] = {}
+    if (host.get("gpus") or {}).get("topology") == "direct":
+        data["fabricops_site_fabric_manager"] = False
+    darch = host.get("arch")
+    ofed = lab.get("ofed") or {}
+    builds = (ofed.get("by_arch") or {}).get(darch) if darch else None
+    if not builds:
+        return data
+    build = builds.get(ofed.get("default_version"))
+    if build:
+        data.update({
+            "mlnx_ofed_tarball_url": build["tgz_url"],
+            "mlnx_ofed_tarball_sha256": build["tgz_sha256"],
+            "mlnx_ofed_iso_url": build["iso_url"],
+            "mlnx_ofed_iso_sha256": build["iso_sha256"],
+            "mlnx_ofed_repo_url": build["repo_url"],
+        })
+    doca = lab.get("doca") or {}
+    doca_build = ((doca.get("by_arch") or {}).get(darch) or {}).get(doca.get("default_version"))
+    if doca_build:
+        data["mlnx_ofed_doca_repo_url"] = doca_build["repo_url"]
+    fm = ((lab.get("fabric_manager") or {}).get("by_arch") or {}).get(darch)
+    if fm:
+        data["nvidia_fabric_manager_repo_url"] = fm["repo_url"]
+    return data
+
+
+def rpm_host_vars(lab: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
+    """An ``rpm`` host's own repository variables (its dnf reads the lab's signed RPM repository,
+    rpm_repo.prepare, not the apt one group_vars give every other host), as a mixed-OS rack's
+    host_vars give them: the fabric manager role's repository URL, key URL and key sha256. Nothing for
+    another variant, or when the lab built no RPM repository."""
+    rpm = (lab.get("fabric_manager") or {}).get("rpm")
+    if (host.get("variant") or "default") != "rpm" or not rpm:
+        return {}
+    return {
+        "nvidia_fabric_manager_repo_url": rpm["repo_url"],
+        "nvidia_fabric_manager_repo_key_url": rpm["repo_key_url"],
+        "nvidia_fabric_manager_repo_key_sha256": rpm["repo_key_sha256"],
+    }
 
 
 def all_yml(lab: dict[str, Any], ofed_facts: dict[str, Any] | None) -> dict[str, Any]:
@@ -245,6 +296,19 @@ def host_plan_vars(topo: dict[str, Any]) -> dict[str, Any]:
     elif has_roce:
         data["nccl_profile_name"] = "roce"
     return data
+
+
+def host_ipoib_plan(topo: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
+    """A host's own ``ipoib_plan`` when none of its InfiniBand netdevs is in the rack's (group_vars:
+    :func:`host_plan_vars`): a rack mixing servers whose ports are named apart (gh01's ibp1s0 / ibp2s0
+    beside an HGX host's ibp26s0 / ibp60s0) gives each of them the same networks by its own names, in
+    port order, as its host_vars would. Nothing for a rack whose hosts share the names."""
+    plan = (host_plan_vars(topo).get("ipoib_plan") or {}).get("networks") or {}
+    own = [p["netdev"] for hca in host["hcas"] for p in hca["ports"] if p["link_layer"] == "InfiniBand"]
+    if not plan or not own or any(nd in plan for nd in own):
+        return {}
+    prefixes = [net["prefix"] for net in plan.values()]
+    return {"ipoib_plan": {"networks": {nd: {"prefix": pf} for nd, pf in zip(own, prefixes, strict=False)}}}
 
 
 def subnet_manager_vars(topo: dict[str, Any]) -> dict[str, Any]:

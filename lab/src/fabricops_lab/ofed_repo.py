@@ -110,8 +110,14 @@ def _split(version: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def machine_arch() -> str:
-    """``x86_64`` / ``aarch64`` as MLNX_OFED names them."""
+#: dpkg architecture -> MLNX_OFED's name for it (the tarball's ``-<arch>`` suffix and ``.arch``)
+MLNX_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def machine_arch(darch: str | None = None) -> str:
+    """``x86_64`` / ``aarch64`` as MLNX_OFED names them: the controller's, or dpkg arch ``darch``'s."""
+    if darch is not None:
+        return MLNX_ARCH.get(darch, darch)
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
 
 
@@ -121,6 +127,30 @@ def deb_arch() -> str:
         return out.stdout.strip() or "amd64"
     except (OSError, subprocess.CalledProcessError):
         return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), "amd64")
+
+
+def topology_arches(topo: dict[str, Any] | None) -> tuple[str, ...]:
+    """The dpkg architectures the lab's repositories are built for: the controller's, then every other
+    one a topology host names (``arch: arm64``). The default rack is amd64 only: it builds nothing more.
+
+    >>> topology_arches({"hosts": [{"name": "a"}, {"name": "b", "arch": "arm64"}]})[1:]
+    ('arm64',)
+    """
+    primary = deb_arch()
+    out = [primary]
+    for h in (topo or {}).get("hosts") or []:
+        a = h.get("arch") or primary
+        if a not in out:
+            out.append(a)
+    return tuple(out)
+
+
+def repo_rel(version: str, darch: str | None = None) -> str:
+    """The apt repository's directory under the served root: ``repo/<ver>`` for the controller's
+    architecture (as before there was another), ``repo-<darch>/<ver>`` for another one."""
+    if darch is None or darch == deb_arch():
+        return f"repo/{version}"
+    return f"repo-{darch}/{version}"
 
 
 def default_kernel() -> str:
@@ -344,8 +374,9 @@ def _packages_python(deb_dir: Path) -> str:
     return "\n".join(stanzas)
 
 
-def write_index(deb_dir: Path, *, label: str) -> None:
-    """Write Packages, Packages.gz and Release for a flat repository (``deb URL ./``)."""
+def write_index(deb_dir: Path, *, label: str, arch: str | None = None) -> None:
+    """Write Packages, Packages.gz and Release for a flat repository (``deb URL ./``) of dpkg
+    architecture ``arch`` (default: the controller's)."""
     text = None
     if shutil.which("dpkg-scanpackages"):
         proc = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=deb_dir,
@@ -363,7 +394,7 @@ def write_index(deb_dir: Path, *, label: str) -> None:
         f"Label: {label}",
         "Suite: ./",
         f"Date: {formatdate(usegmt=True)}",
-        f"Architectures: {deb_arch()} all",
+        f"Architectures: {arch or deb_arch()} all",
         "MD5Sum:",
         *[f" {_digest(f, 'md5')} {f.stat().st_size} {f.name}" for f in files],
         "SHA256:",
@@ -515,16 +546,19 @@ def sign_repo(deb_dir: Path, home: Path | None = None) -> None:
 
 # --- the tree, tarball and ISO ------------------------------------------------------------------
 
-def build_tree(parent: Path, version: str, kernel: str, distro: str = DISTRO) -> Path:
-    """Make ``parent/MLNX_OFED_LINUX-<ver>-<distro>-<arch>/`` and return it."""
-    arch = machine_arch()
+def build_tree(parent: Path, version: str, kernel: str, distro: str = DISTRO,
+               darch: str | None = None) -> Path:
+    """Make ``parent/MLNX_OFED_LINUX-<ver>-<distro>-<arch>/`` for dpkg architecture ``darch`` (default:
+    the controller's) and return it. The packages hold scripts only (Python wrappers, shell, unit
+    files, text): an arm64 build is the same files labelled ``Architecture: arm64``."""
+    darch = darch or deb_arch()
+    arch = machine_arch(darch)
     top = parent / dist_name(version, distro, arch)
     debs = top / "DEBS"
     debs.mkdir(parents=True)
-    darch = deb_arch()
     for deb in packages(version, kernel):
         build_deb(deb, debs, darch)
-    write_index(debs, label=f"MLNX_OFED_LINUX-{version}")
+    write_index(debs, label=f"MLNX_OFED_LINUX-{version}", arch=darch)
     for script in ("mlnxofedinstall", "uninstall.sh", "mlnx_add_kernel_support.sh"):
         (top / script).write_bytes(_template(script))
         (top / script).chmod(0o755)
@@ -602,7 +636,8 @@ def cache_key(versions: tuple[str, ...], kernel: str, distro: str) -> str:
 
 
 def _artifacts_present(out: Path, manifest: dict[str, Any]) -> bool:
-    for facts in manifest.get("versions", {}).values():
+    every = [manifest.get("versions", {}), *(manifest.get("by_arch") or {}).values()]
+    for facts in (f for versions in every for f in versions.values()):
         for key in ("iso", "tgz"):
             if not (out / facts[key]).is_file():
                 return False
@@ -612,16 +647,21 @@ def _artifacts_present(out: Path, manifest: dict[str, Any]) -> bool:
 
 
 def build(out: Path, versions: tuple[str, ...] = VERSIONS, kernel: str | None = None,
-          distro: str = DISTRO, *, force: bool = False) -> dict[str, Any]:
+          distro: str = DISTRO, *, force: bool = False, arches: tuple[str, ...] = ()) -> dict[str, Any]:
     """Build (or reuse) every version's artifacts under ``out``; return the manifest.
 
     The manifest (also ``out/manifest.json``) maps each version to relative paths and checksums:
     ``{"key", "kernel", "distro", "versions": {VER: {"dir", "iso", "iso_sha256", "tgz",
-    "tgz_sha256", "repo", "built_for_kernel"}}}``.
+    "tgz_sha256", "repo", "built_for_kernel"}}}`` for the controller's architecture, and the same per
+    version for each other dpkg architecture in ``arches`` under ``"by_arch": {DARCH: {VER: ...}}``
+    (present only when there is one). A cached build that holds every asked architecture is reused
+    (one built for more is too); else all of them are rebuilt, the cached ones with the asked ones.
     """
     kernel = kernel or default_kernel()
     for v in versions:
         _split(v)
+    primary = deb_arch()
+    foreign = [a for a in dict.fromkeys(arches) if a != primary]
     key = cache_key(tuple(versions), kernel, distro)
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / "manifest.json"
@@ -630,37 +670,50 @@ def build(out: Path, versions: tuple[str, ...] = VERSIONS, kernel: str | None = 
             manifest = json.loads(manifest_path.read_text())
         except ValueError:
             manifest = {}
-        if manifest.get("key") == key and _artifacts_present(out, manifest):
+        cached = list(manifest.get("by_arch") or {})
+        if (manifest.get("key") == key and set(foreign) <= set(cached)
+                and _artifacts_present(out, manifest)):
             return manifest
+        if manifest.get("key") == key:
+            foreign = list(dict.fromkeys([*cached, *foreign]))
 
     # Rebuild everything into a staging dir, then swap it in.
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=out))
     try:
         result: dict[str, Any] = {"key": key, "kernel": kernel, "distro": distro, "versions": {}}
+        if foreign:
+            result["by_arch"] = {a: {} for a in foreign}
         for v in versions:
-            work = staging / "work" / v
-            work.mkdir(parents=True)
-            tree = build_tree(work, v, kernel, distro)
             rel_dir = f"MLNX_OFED-{v}"
             dist = staging / rel_dir
             dist.mkdir()
-            tgz = dist / f"{tree.name}.tgz"
-            iso = dist / f"{tree.name}.iso"
-            make_tgz(tree, tgz)
-            make_iso(tree, iso, f"MLNX_OFED_LINUX-{v}")
-            sums = {p.name: sha256(p) for p in (iso, tgz)}
+            sums: dict[str, str] = {}
+            for darch in (primary, *foreign):
+                work = staging / "work" / darch / v
+                work.mkdir(parents=True)
+                tree = build_tree(work, v, kernel, distro, darch)
+                tgz = dist / f"{tree.name}.tgz"
+                iso = dist / f"{tree.name}.iso"
+                make_tgz(tree, tgz)
+                make_iso(tree, iso, f"MLNX_OFED_LINUX-{v}")
+                sums.update({p.name: sha256(p) for p in (iso, tgz)})
+                repo = staging / repo_rel(v, darch)
+                repo.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(tree / "DEBS", repo)
+                facts = {
+                    "dir": tree.name,
+                    "iso": f"{rel_dir}/{iso.name}",
+                    "iso_sha256": sums[iso.name],
+                    "tgz": f"{rel_dir}/{tgz.name}",
+                    "tgz_sha256": sums[tgz.name],
+                    "repo": repo_rel(v, darch),
+                    "built_for_kernel": kernel,
+                }
+                if darch == primary:
+                    result["versions"][v] = facts
+                else:
+                    result["by_arch"][darch][v] = facts
             (dist / "SHA256SUMS").write_text("".join(f"{s}  {n}\n" for n, s in sums.items()))
-            repo = staging / "repo" / v
-            shutil.copytree(tree / "DEBS", repo)
-            result["versions"][v] = {
-                "dir": tree.name,
-                "iso": f"{rel_dir}/{iso.name}",
-                "iso_sha256": sums[iso.name],
-                "tgz": f"{rel_dir}/{tgz.name}",
-                "tgz_sha256": sums[tgz.name],
-                "repo": f"repo/{v}",
-                "built_for_kernel": kernel,
-            }
         shutil.rmtree(staging / "work")
         (staging / "manifest.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         # swap: remove the old artifacts, move the new ones in
@@ -753,7 +806,9 @@ def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_
     and ``distro`` (``lab["ofed"]`` is where the lab stores the facts this returns). Returns
     ``{"base_url", "repo_key_url", "repo_key_sha256", "pid", "versions": {VER: {"iso_url",
     "iso_sha256", "tgz_url", "tgz_sha256", "repo_url", "dir", "built_for_kernel"}}, "default_version",
-    "distro"}`` (docs/lab-ofed.md). The apt mirrors are signed with the lab's key (:func:`sign_repo`),
+    "distro"}`` (docs/lab-ofed.md), the versions for the controller's architecture; a topology with
+    hosts of another one (``arch: arm64``) adds ``"by_arch": {DARCH: {VER: {...the same keys}}}``
+    (:func:`topology_arches`). The apt mirrors are signed with the lab's key (:func:`sign_repo`),
     served at ``repo_key_url``.
     """
     cfg = lab.get("ofed_build") or {}
@@ -763,21 +818,19 @@ def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_
         raise FabricopsError(f"ofed default_version {default} is not one of {', '.join(versions)}")
     distro = cfg.get("distro") or DISTRO
     out = paths.repo_dir()
-    manifest = build(out, versions, cfg.get("built_for_kernel") or default_kernel(), distro)
+    arches = topology_arches(lab.get("topology"))
+    manifest = build(out, versions, cfg.get("built_for_kernel") or default_kernel(), distro, arches=arches)
     key_sha256 = export_key(out / KEY_FILE)
-    for f in manifest["versions"].values():
-        sign_repo(out / f["repo"])
+    by_arch = {a: manifest["by_arch"][a] for a in arches[1:]}
+    for builds in (manifest["versions"], *by_arch.values()):
+        for f in builds.values():
+            sign_repo(out / f["repo"])
     stop(lab)
     pid = serve(out, bind, port)
     base = f"http://{bind}:{port}"
-    return {
-        "base_url": f"{base}/",
-        "repo_key_url": f"{base}/{KEY_FILE}",
-        "repo_key_sha256": key_sha256,
-        "pid": pid,
-        "distro": distro,
-        "default_version": default,
-        "versions": {
+
+    def urls(builds: dict[str, Any]) -> dict[str, Any]:
+        return {
             v: {
                 "iso_url": f"{base}/{f['iso']}",
                 "iso_sha256": f["iso_sha256"],
@@ -787,8 +840,19 @@ def prepare(lab: dict[str, Any], *, bind: str = CONTROLLER_IP, port: int = HTTP_
                 "dir": f["dir"],
                 "built_for_kernel": f["built_for_kernel"],
             }
-            for v, f in manifest["versions"].items()
-        },
+            for v, f in builds.items()
+        }
+
+    extra = {"by_arch": {a: urls(b) for a, b in by_arch.items()}} if by_arch else {}
+    return {
+        "base_url": f"{base}/",
+        "repo_key_url": f"{base}/{KEY_FILE}",
+        "repo_key_sha256": key_sha256,
+        "pid": pid,
+        "distro": distro,
+        "default_version": default,
+        "versions": urls(manifest["versions"]),
+        **extra,
     }
 
 

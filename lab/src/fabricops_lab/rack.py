@@ -304,6 +304,13 @@ def _start_services(lab: dict[str, Any]) -> None:
         fabric_services = _service("fabric_services")
         if fabric_services is not None:
             lab["fabric_manager"] = fabric_services.prepare(lab)
+            # the same packages as a signed RPM repository, only for a topology with an `rpm` host
+            # (rpm_repo.wanted: CI's rack has none, so it neither builds it nor needs the rpm tools)
+            rpm_repo = _service("rpm_repo")
+            if rpm_repo is not None and rpm_repo.wanted(lab):
+                lab["fabric_manager"]["rpm"] = rpm_repo.prepare(lab)
+                # an rpm NVL72 tray's driver source: the same repository through dnf (nvidia_imex)
+                rpm_repo.install_driver_source(lab, lab["fabric_manager"]["rpm"])
             paths.save_lab(lab)
         # NIC firmware images under the same served directory (docs/lab-device-contract.md, "NIC
         # firmware (MFT)"); after ofed_repo.prepare for the same reason.

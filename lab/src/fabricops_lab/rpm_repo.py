@@ -313,3 +313,105 @@ def build_fabric_repo(out: Path, baseurl: str, home: Path | None = None, arch: s
     """The fabric manager / IMEX repository (:func:`fabric_rpms`) in OUT, served at BASEURL."""
     return build_repo(out, fabric_rpms(arch), FABRIC_REPO_ID,
                       "fabricops lab: NVIDIA fabric manager and IMEX (emulated, el9)", baseurl, home)
+
+
+# --- served on the lab network (fabric_services.prepare) ------------------------------------------
+
+#: where the fabric repository is served under the lab's HTTP server (ofed_repo.serve: repo_dir()), as
+#: NVIDIA's CUDA repository lays out its RHEL 9 one (``compute/cuda/repos/rhel9/x86_64/``)
+SERVED_PATH = "rpm/cuda/rhel9"
+
+
+def wanted(lab: dict) -> bool:
+    """Whether the lab's topology has a host of the ``rpm`` variant: only then is the RPM repository
+    built (the default rack has none, so CI neither pays for it nor needs the rpm tools)."""
+    hosts = (lab.get("topology") or {}).get("hosts") or []
+    return any((h.get("variant") or "default") == "rpm" for h in hosts)
+
+
+def _digest(rpms: list[Rpm], fpr: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256(fpr.encode() + b"\0")
+    for r in sorted(rpms, key=lambda r: r.nevra):
+        h.update(r.nevra.encode() + b"\0" + spec(r).encode() + b"\0")
+        for path in sorted(r.files):
+            content, mode = r.files[path]
+            h.update(f"{path}\0{mode:o}\0".encode() + hashlib.sha256(content).digest())
+    return h.hexdigest()
+
+
+def prepare(lab: dict, arch: str = "x86_64") -> dict:
+    """Build (when its packages, their data or the key changed) the signed fabric manager / IMEX RPM
+    repository under the lab's HTTP server (``<repo_dir>/rpm/cuda/rhel9/<arch>/``) and return what the
+    inventory hands the ``rpm`` hosts: ``{"repo_url", "repo_key_url", "repo_key_sha256", "repo_id",
+    "packages"}``. Call after ``ofed_repo.prepare`` (whose rebuild clears ``repo_dir()``)."""
+    import hashlib
+    import json
+
+    base = f"http://{ofed_repo.CONTROLLER_IP}:{ofed_repo.HTTP_PORT}/{SERVED_PATH}/{arch}/"
+    out = paths.repo_dir() / SERVED_PATH / arch
+    rpms = fabric_rpms(arch)
+    _home, fpr = signing_key()
+    digest = _digest(rpms, fpr)
+    manifest_path = out / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = None
+    signed = (out / "repodata" / "repomd.xml.asc").is_file()
+    if not manifest or manifest.get("digest") != digest or not signed:
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        build_repo(out, rpms, FABRIC_REPO_ID, "fabricops lab: NVIDIA fabric manager and IMEX (emulated, el9)",
+                   base)
+        manifest = {"digest": digest, "packages": sorted(r.nevra for r in rpms)}
+        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    key_sha256 = hashlib.sha256((out / KEY_FILE).read_bytes()).hexdigest()
+    return {"repo_url": base, "repo_key_url": base + KEY_FILE, "repo_key_sha256": key_sha256,
+            "repo_id": FABRIC_REPO_ID, "packages": manifest["packages"]}
+
+
+# --- the driver's dnf source on NVL72 trays of the rpm variant -------------------------------------
+
+#: Where a driver installed from NVIDIA's CUDA rhel9 repository leaves its source on an EL 9 host
+#: (``dnf config-manager --add-repo .../rhel9/x86_64/cuda-rhel9.repo`` writes the file under the repo's
+#: id): the nvidia_imex role installs nvidia-imex-<branch> from the repositories dnf has, as on a real tray.
+DRIVER_REPO = f"etc/yum.repos.d/{FABRIC_REPO_ID}.repo"
+
+
+def driver_trays(lab: dict) -> list[dict]:
+    """The topology's NVL72 trays (hosts with an ``nvlink_domain``) of the ``rpm`` variant."""
+    hosts = (lab.get("topology") or {}).get("hosts") or []
+    return [h for h in hosts if h.get("nvlink_domain") and (h.get("variant") or "default") == "rpm"]
+
+
+def install_driver_source(lab: dict, served: dict) -> list[str]:
+    """On every NVL72 tray of the ``rpm`` variant: the driver's dnf source, SERVED's repository (what
+    :func:`prepare` returns; its .repo as the lab serves it: gpgcheck, repo_gpgcheck, gpgkey beside
+    repodata/), and the state the driver's install from it leaves: the key imported into the rpmdb
+    (``rpm --import``) and dnf's metadata cache made with the repository key accepted (``dnf -y
+    makecache``), the counterpart of fabric_services.install_driver_source's apt source and lists on a
+    Debian tray. Returns the trays written. HGX hosts get nothing (the fabric manager role brings its
+    own source)."""
+    from fabricops_lab import hosts
+
+    repo = paths.repo_dir() / SERVED_PATH / served["repo_url"].rstrip("/").rsplit("/", 1)[1]
+    text = (repo / f"{served['repo_id']}.repo").read_text()
+    done = []
+    for h in driver_trays(lab):
+        root = paths.host_dir(h["name"]) / "root"
+        if not (root / "etc").is_dir():
+            continue
+        (root / DRIVER_REPO).parent.mkdir(parents=True, exist_ok=True)
+        (root / DRIVER_REPO).write_text(
+            "# the NVIDIA driver's repository (fabricops lab: emulated CUDA rhel9 repository)\n" + text)
+        done.append(h["name"])
+        try:
+            hosts.host_exec(h["name"], ["rpm", "--import", served["repo_key_url"]], check=False, timeout=120)
+            hosts.host_exec(h["name"], ["dnf", "-q", "-y", "makecache", "--repo", served["repo_id"]],
+                            check=False, timeout=300)
+        except FabricopsError:
+            continue  # a host that is not running: the source is in its root, dnf reads it at first use
+    return done

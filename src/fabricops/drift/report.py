@@ -176,7 +176,9 @@ def _items_from_result(
         "action": data.get("resolved_action") or data.get("task_action"),
     }
     results = res.get("results")
-    if isinstance(results, list):  # a loop: one result per item
+    # a loop: one result (a mapping) per item. dnf's module also returns ``results``, a list of strings
+    # ("Installed: nvidia-fabric-manager-550.54.15-1.x86_64"): that is one task's result, not a loop's.
+    if isinstance(results, list) and any(isinstance(sub, Mapping) for sub in results):
         out = []
         for sub in results:
             if isinstance(sub, Mapping) and sub.get("changed") and not sub.get("skipped"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricops_lab import hardware, hosts, inventory, paths, rack, topology
+from fabricops_lab import hardware, hosts, inventory, paths, rack, rpm_repo, topology
 from fabricops_lab.emul import hwctl, services, tools
 
 
@@ -153,14 +153,28 @@ def test_start_services_prepares_the_fabric_manager_repo_after_ofed(tmp_path, mo
             return {"repo_url": "http://198.51.100.1:8080/nvidia-fabricmanager", "versions": ["550.54.15"],
                     "packages": ["nvidia-fabricmanager-550"]}
 
+    class RpmRepo:
+        wanted = staticmethod(rpm_repo.wanted)
+
+        @staticmethod
+        def prepare(lab):
+            calls.append("rpm_repo")
+            return {"repo_url": "http://198.51.100.1:8080/rpm/cuda/rhel9/x86_64/"}
+
     mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": FabricServices,
-            "firmware_images": None, "doca_repo": None}
+            "firmware_images": None, "doca_repo": None, "rpm_repo": RpmRepo}
     monkeypatch.setattr(rack, "_service", lambda name: mods[name])
     lab = {"name": "t", "hosts": {}}
     rack._start_services(lab)
-    assert calls == ["ofed", "fabric_services"]
+    assert calls == ["ofed", "fabric_services"]  # no rpm host: no RPM repository (CI's rack)
     assert lab["fabric_manager"]["repo_url"] == "http://198.51.100.1:8080/nvidia-fabricmanager"
     assert paths.load_lab()["fabric_manager"] == lab["fabric_manager"]
+    # a topology with an rpm host: the RPM repository too, after the apt one, in lab.json
+    calls.clear()
+    lab = {"name": "t", "hosts": {}, "topology": topology.resolve("rpm")}
+    rack._start_services(lab)
+    assert calls == ["ofed", "fabric_services", "rpm_repo"]
+    assert paths.load_lab()["fabric_manager"]["rpm"]["repo_url"].endswith("/rpm/cuda/rhel9/x86_64/")
 
 
 def test_inventory_gives_the_roles_their_plan():
