@@ -4,8 +4,8 @@ each role's ``meta/main.yml`` platforms equal to it.
 
 "Supported" is what the tests run, per role (:data:`SUPPORT`): every host role on Debian 12 x86_64
 (the lab's default hosts), the roles :data:`AARCH64_ROLES` names on Debian 12 aarch64 (the arm64 host
-gh01, under qemu-user) and the fabric manager on Rocky 9 x86_64 (the ``rpm`` host: real dnf and rpm);
-docs/lab-fidelity.md says what each lab host is. A host of a family or architecture a role does not
+gh01, under qemu-user) and the fabric manager and IMEX on Rocky 9 x86_64 (the ``rpm`` hosts: real dnf
+and rpm); docs/lab-fidelity.md says what each lab host is. A host of a family or architecture a role does not
 implement (SLES, or RHEL for a role with apt steps only) would fail deep inside it, after changing
 things, so it is refused before anything changes. A system of an implemented family and architecture
 the tests do not run (Ubuntu 22.04 / 24.04, Alma) is refused too, unless the operator opts in with
@@ -72,6 +72,10 @@ _ARM = RoleSupport(tested=(DEBIAN12_X86, DEBIAN12_ARM), arches=("x86_64", "aarch
 #:   dnf / rpm with Rocky 9.4's identity) from the lab's signed RPM repository, version-locked with
 #:   dnf versionlock; a second run and check mode change nothing; drift sees a removal and an unlock
 #:   (tests/lab_rpm/).
+#: - IMEX on the RHEL family: nvidia_imex converges on the lab's ``rpm`` GB200 tray (topology
+#:   ``gb200-rpm``, one NVLink domain with a Debian tray) from the dnf source its driver came from,
+#:   version-locked with dnf versionlock, its IMEX daemon connected to the Debian tray's; a second run and
+#:   check mode change nothing; drift sees a removal and an unlock (tests/lab_rpm_imex/).
 SUPPORT: dict[str, RoleSupport] = {
     "fabric_monitor": RoleSupport(),
     "gpudirect": _ARM,
@@ -80,7 +84,7 @@ SUPPORT: dict[str, RoleSupport] = {
     "nccl_profile": _ARM,
     "nic_firmware": _ARM,
     "nvidia_fabric_manager": RoleSupport(tested=(DEBIAN12_X86, ROCKY9_X86), families=("Debian", "RedHat")),
-    "nvidia_imex": RoleSupport(),
+    "nvidia_imex": RoleSupport(tested=(DEBIAN12_X86, ROCKY9_X86), families=("Debian", "RedHat")),
     "roce_host": RoleSupport(),
     "subnet_manager": _ARM,
 }

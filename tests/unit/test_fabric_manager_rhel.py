@@ -132,8 +132,8 @@ def test_support_rows_and_meta_platforms():
     assert "a dnf-family system the tests do not run" in refusal("nvidia_fabric_manager", alma)
     assert refusal("nvidia_fabric_manager", alma, allow_untested=True) == ""
     assert "does not implement" in refusal("nvidia_fabric_manager", dict(rocky, architecture="aarch64"))
-    for role in SUPPORT:  # no other role gained the RHEL family here
-        if role != "nvidia_fabric_manager":
+    for role in SUPPORT:  # no other role gained the RHEL family here (IMEX: tests/unit/test_imex_rhel.py)
+        if role not in ("nvidia_fabric_manager", "nvidia_imex"):
             assert "RedHat" not in SUPPORT[role].families, role
 
 

@@ -379,6 +379,8 @@ def prepare(lab: dict, arch: str = "x86_64") -> dict:
 #: (``dnf config-manager --add-repo .../rhel9/x86_64/cuda-rhel9.repo`` writes the file under the repo's
 #: id): the nvidia_imex role installs nvidia-imex-<branch> from the repositories dnf has, as on a real tray.
 DRIVER_REPO = f"etc/yum.repos.d/{FABRIC_REPO_ID}.repo"
+#: the repository's key as the driver's install left it on the host (EL keeps keys in /etc/pki/rpm-gpg)
+DRIVER_KEY = f"etc/pki/rpm-gpg/{KEY_FILE}"
 
 
 def driver_trays(lab: dict) -> list[dict]:
@@ -390,11 +392,11 @@ def driver_trays(lab: dict) -> list[dict]:
 def install_driver_source(lab: dict, served: dict) -> list[str]:
     """On every NVL72 tray of the ``rpm`` variant: the driver's dnf source, SERVED's repository (what
     :func:`prepare` returns; its .repo as the lab serves it: gpgcheck, repo_gpgcheck, gpgkey beside
-    repodata/), and the state the driver's install from it leaves: the key imported into the rpmdb
-    (``rpm --import``) and dnf's metadata cache made with the repository key accepted (``dnf -y
-    makecache``), the counterpart of fabric_services.install_driver_source's apt source and lists on a
-    Debian tray. Returns the trays written. HGX hosts get nothing (the fabric manager role brings its
-    own source)."""
+    repodata/), and the state the driver's install from it leaves: the key under /etc/pki/rpm-gpg and
+    imported into the rpmdb (``rpm --import``) and dnf's metadata cache made with the repository key
+    accepted (``dnf -y makecache``), the counterpart of fabric_services.install_driver_source's apt
+    source and lists on a Debian tray. Returns the trays written. HGX hosts get nothing (the fabric
+    manager role brings its own source)."""
     from fabricops_lab import hosts
 
     repo = paths.repo_dir() / SERVED_PATH / served["repo_url"].rstrip("/").rsplit("/", 1)[1]
@@ -407,11 +409,17 @@ def install_driver_source(lab: dict, served: dict) -> list[str]:
         (root / DRIVER_REPO).parent.mkdir(parents=True, exist_ok=True)
         (root / DRIVER_REPO).write_text(
             "# the NVIDIA driver's repository (fabricops lab: emulated CUDA rhel9 repository)\n" + text)
+        (root / DRIVER_KEY).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(repo / KEY_FILE, root / DRIVER_KEY)
         done.append(h["name"])
-        try:
-            hosts.host_exec(h["name"], ["rpm", "--import", served["repo_key_url"]], check=False, timeout=120)
-            hosts.host_exec(h["name"], ["dnf", "-q", "-y", "makecache", "--repo", served["repo_id"]],
-                            check=False, timeout=300)
-        except FabricopsError:
-            continue  # a host that is not running: the source is in its root, dnf reads it at first use
+        steps = (["rpm", "--import", f"/{DRIVER_KEY}"],
+                 ["dnf", "-q", "-y", "makecache", "--repo", served["repo_id"]])
+        for step in steps:
+            try:
+                proc = hosts.host_exec(h["name"], step, check=False, timeout=300)
+            except FabricopsError:
+                break  # a host that is not running: the source is in its root, dnf reads it at first use
+            if proc.returncode != 0:
+                raise FabricopsError(f"{h['name']}: {' '.join(step)} failed: "
+                                     f"{(proc.stderr or proc.stdout or '').strip()[-300:]}")
     return done

@@ -161,6 +161,10 @@ def test_start_services_prepares_the_fabric_manager_repo_after_ofed(tmp_path, mo
             calls.append("rpm_repo")
             return {"repo_url": "http://198.51.100.1:8080/rpm/cuda/rhel9/x86_64/"}
 
+        @staticmethod
+        def install_driver_source(lab, served):
+            calls.append(("rpm_driver_source", served["repo_url"]))
+
     mods = {"switches": None, "ofed_repo": Ofed, "fabric_services": FabricServices,
             "firmware_images": None, "doca_repo": None, "rpm_repo": RpmRepo}
     monkeypatch.setattr(rack, "_service", lambda name: mods[name])
@@ -173,7 +177,9 @@ def test_start_services_prepares_the_fabric_manager_repo_after_ofed(tmp_path, mo
     calls.clear()
     lab = {"name": "t", "hosts": {}, "topology": topology.resolve("rpm")}
     rack._start_services(lab)
-    assert calls == ["ofed", "fabric_services", "rpm_repo"]
+    # then the rpm trays' driver source from it (rpm_repo.install_driver_source: none in this rack)
+    assert calls == ["ofed", "fabric_services", "rpm_repo",
+                     ("rpm_driver_source", "http://198.51.100.1:8080/rpm/cuda/rhel9/x86_64/")]
     assert paths.load_lab()["fabric_manager"]["rpm"]["repo_url"].endswith("/rpm/cuda/rhel9/x86_64/")
 
 

@@ -205,6 +205,85 @@ def test_the_repo_file_checks_packages_and_metadata():
     assert s["gpgkey"] == "http://198.51.100.1:8080/rpm/fm/RPM-GPG-KEY-fabricops-lab"
 
 
+
+# --- the driver's dnf source on an rpm NVL72 tray (nvidia_imex) -----------------------------------
+
+def _served(tmp_path, monkeypatch) -> dict:
+    """A served repository's .repo (as rpm_repo.prepare leaves it) under a lab state dir in TMP_PATH."""
+    from fabricops_lab import paths
+
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
+    base = f"http://198.51.100.1:8080/{rpm_repo.SERVED_PATH}/x86_64/"
+    out = paths.repo_dir() / rpm_repo.SERVED_PATH / "x86_64"
+    out.mkdir(parents=True)
+    repo = rpm_repo.repo_file(rpm_repo.FABRIC_REPO_ID, "lab", base)
+    (out / f"{rpm_repo.FABRIC_REPO_ID}.repo").write_text(repo)
+    (out / rpm_repo.KEY_FILE).write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    return {"repo_url": base, "repo_key_url": base + rpm_repo.KEY_FILE, "repo_id": rpm_repo.FABRIC_REPO_ID}
+
+
+def test_an_rpm_tray_gets_its_drivers_dnf_source_and_a_debian_tray_its_apt_source(tmp_path, monkeypatch):
+    """gb200-rpm: tray02 (rpm) gets /etc/yum.repos.d/cuda-rhel9-x86_64.repo, the key imported into its
+    rpmdb and dnf's cache made (what installing the driver from the repository leaves); tray01 (Debian)
+    gets the apt source only, and no tray gets both."""
+    from fabricops_lab import hosts, paths, topology
+
+    served = _served(tmp_path, monkeypatch)
+    lab = {"topology": topology.resolve("gb200-rpm")}
+    for h in lab["topology"]["hosts"]:
+        (paths.host_dir(h["name"]) / "root" / "etc/apt/sources.list.d").mkdir(parents=True)
+    (paths.repo_dir() / ofed_repo.KEY_FILE).write_bytes(b"key")
+    ran = []
+    def host_exec(name, argv, **kw):
+        ran.append((name, argv[0], argv[1:3]))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(hosts, "host_exec", host_exec)
+    assert rpm_repo.driver_trays(lab) == [lab["topology"]["hosts"][1]]
+    assert rpm_repo.install_driver_source(lab, served) == ["tray02"]
+    fabric_services.install_driver_source(lab, "http://198.51.100.1:8080/nvidia-fabricmanager")
+    root = {n: paths.host_dir(n) / "root" for n in ("tray01", "tray02")}
+    text = (root["tray02"] / rpm_repo.DRIVER_REPO).read_text()
+    assert rpm_repo.DRIVER_REPO == "etc/yum.repos.d/cuda-rhel9-x86_64.repo"
+    assert text.endswith(rpm_repo.repo_file(rpm_repo.FABRIC_REPO_ID, "lab", served["repo_url"]))
+    assert not (root["tray02"] / fabric_services.DRIVER_SOURCE).exists()
+    assert (root["tray01"] / fabric_services.DRIVER_SOURCE).is_file()
+    assert not (root["tray01"] / rpm_repo.DRIVER_REPO).exists()
+    assert (root["tray02"] / rpm_repo.DRIVER_KEY).read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK")
+    assert ran == [("tray02", "rpm", ["--import", "/etc/pki/rpm-gpg/RPM-GPG-KEY-fabricops-lab"]),
+                   ("tray02", "dnf", ["-q", "-y"]),
+                   ("tray01", "apt-get", ["update", "-qq"])]
+
+
+def test_no_driver_source_for_an_rpm_hgx_host(tmp_path, monkeypatch):
+    """The rpm topology's gpu02 is an HGX server (no NVLink domain): its fabric manager role brings its
+    own source, the lab writes none."""
+    from fabricops_lab import hosts, paths, topology
+
+    served = _served(tmp_path, monkeypatch)
+    lab = {"topology": topology.resolve("rpm")}
+    for h in lab["topology"]["hosts"]:
+        (paths.host_dir(h["name"]) / "root" / "etc").mkdir(parents=True)
+    monkeypatch.setattr(hosts, "host_exec", lambda *a, **kw: pytest.fail("no host command"))
+    assert rpm_repo.driver_trays(lab) == []
+    assert rpm_repo.install_driver_source(lab, served) == []
+    assert not (paths.host_dir("gpu02") / "root" / rpm_repo.DRIVER_REPO).exists()
+
+
+def test_a_failed_driver_source_step_names_the_tray(tmp_path, monkeypatch):
+    from fabricops.errors import FabricopsError
+    from fabricops_lab import hosts, paths, topology
+
+    served = _served(tmp_path, monkeypatch)
+    lab = {"topology": topology.resolve("gb200-rpm")}
+    (paths.host_dir("tray02") / "root" / "etc").mkdir(parents=True)
+    monkeypatch.setattr(hosts, "host_exec",
+                        lambda name, argv, **kw: subprocess.CompletedProcess(argv, 1, "", "error: bad key"))
+    want = r"tray02: rpm --import /etc/pki/rpm-gpg/\S+ failed: error: bad key"
+    with pytest.raises(FabricopsError, match=want):
+        rpm_repo.install_driver_source(lab, served)
+
+
 # --- built for real (rpm, createrepo-c) ------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def test_unknown_topology_name_is_one_sentence(capsys, monkeypatch):
     msg = str(info.value)
     assert msg == (
         "topology: --topology: 'three-tier' is neither a file nor a lab topology "
-        "(one of arm64, b200, default, gb200, rpm, two-tier, variants)"
+        "(one of arm64, b200, default, gb200, gb200-rpm, rpm, two-tier, variants)"
     )
     # the CLI takes --topology and --hosts together and prints the sentence; rack.up is replaced by
     # its first step that reads them (a unit test never brings a lab up)
