@@ -18,3 +18,24 @@ def role_tasks(role: str, name: str) -> list[dict]:
         if include:
             out += role_tasks(role, include["file"] if isinstance(include, dict) else include)
     return out
+
+
+def render_role_var(role_vars: dict, name: str, **ctx):
+    """A role variable's ``{{ ... }}`` expression (``role_vars[name]``, from its vars/main.yml) evaluated
+    by Jinja2 with the collection's fabric_services filters (as ``fabricops.fabric.<name>``) and
+    ``b64decode``, in context ``ctx``."""
+    import base64
+    import sys
+
+    import jinja2
+
+    sys.path.insert(0, str(REPO / "plugins" / "filter"))
+    try:
+        import fabric_services as shim
+    finally:
+        sys.path.pop(0)
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update({f"fabricops.fabric.{n}": f for n, f in shim.FilterModule().filters().items()})
+    env.filters["b64decode"] = lambda s: base64.b64decode(s).decode()
+    expr = role_vars[name].strip().removeprefix("{{").removesuffix("}}")
+    return env.compile_expression(expr)(**ctx)

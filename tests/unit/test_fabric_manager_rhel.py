@@ -6,12 +6,12 @@ only). The role itself runs on the lab's rpm host in tests/lab_rpm (outside CI).
 from __future__ import annotations
 
 import base64
-import sys
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from roletasks import render_role_var
 
 from fabricops import services
 from fabricops.platforms import SUPPORT, meta_platforms, refusal
@@ -49,21 +49,8 @@ def test_an_rpm_line_reads_as_installed_as_a_dpkg_one():
     assert VARS["__nvidia_fabric_manager_rpm_query"][-1] == services.RPM_QUERY_FORMAT
 
 
-def _env() -> jinja2.Environment:
-    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-    try:
-        import fabric_services as shim
-    finally:
-        sys.path.pop(0)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters.update({f"fabricops.fabric.{n}": f for n, f in shim.FilterModule().filters().items()})
-    env.filters["b64decode"] = lambda s: base64.b64decode(s).decode()
-    return env
-
-
 def _render(name: str, **ctx):
-    expr = VARS[name].strip().removeprefix("{{").removesuffix("}}")
-    return _env().compile_expression(expr)(**ctx)
+    return render_role_var(VARS, name, **ctx)
 
 
 @pytest.mark.parametrize("family,want", [

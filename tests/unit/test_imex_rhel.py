@@ -5,12 +5,11 @@ row. The role itself runs on the lab's rpm tray in tests/lab_rpm_imex (outside C
 from __future__ import annotations
 
 import base64
-import sys
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
+from roletasks import render_role_var
 
 from fabricops import imex, services
 from fabricops.platforms import SUPPORT, meta_platforms, refusal
@@ -27,21 +26,12 @@ nvidia-imex-550-0:550.54.15-1.*
 """
 
 
-def _env() -> jinja2.Environment:
-    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
-    try:
-        import fabric_services as shim
-    finally:
-        sys.path.pop(0)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters.update({f"fabricops.fabric.{n}": f for n, f in shim.FilterModule().filters().items()})
-    env.filters["b64decode"] = lambda s: base64.b64decode(s).decode()
-    return env
-
-
 def _render(name: str, **ctx):
-    expr = VARS[name].strip().removeprefix("{{").removesuffix("}}")
-    return _env().compile_expression(expr)(**ctx)
+    return render_role_var(VARS, name, **ctx)
+
+
+def _render_expr(expr: str, **ctx):
+    return render_role_var({"expr": expr}, "expr", **ctx)
 
 
 @pytest.mark.parametrize("family,tool", [("Debian", "dpkg-query"), ("RedHat", "rpm"), ("Suse", "dpkg-query")])
@@ -65,7 +55,7 @@ def test_an_rpm_line_reads_as_an_installed_dpkg_one():
     assert imex.package_choice("550.54.15", [], got["version"]["stdout"])["change"] is False
     # dnf repoquery's lines as apt-cache madison's
     offer = f"{pkg} | 550.54.14-1 | cuda-rhel9-x86_64\n{pkg} | 550.54.15-1 | cuda-rhel9-x86_64\n"
-    versions = _env().filters["fabricops.fabric.apt_packages_versions"](offer, pkg)
+    versions = _render_expr("offer | fabricops.fabric.apt_packages_versions(pkg)", offer=offer, pkg=pkg)
     assert imex.package_choice("550.54.15", versions, "550.54.14-1") == {
         "ok": True, "version": "550.54.15-1", "change": True,
         "msg": "install nvidia-imex 550.54.15 for driver 550.54.15 (replacing 550.54.14)"}
